@@ -1,0 +1,57 @@
+"""Checkpoints that survive being killed at any moment (introduced in notebook 11).
+
+Colab disconnects and preempted machines kill training without warning. ``save_checkpoint``
+writes to a temporary file in the same folder, flushes it to disk, and only then renames it over
+the old checkpoint: a rename within one file system is atomic, so the file named
+``checkpoint.pt`` is always either the previous complete checkpoint or the new complete one,
+never half of one. A kill during the write leaves at most a stray ``*.tmp`` file, which
+``load_checkpoint`` never reads and the next save replaces.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be used, with the path and the reason."""
+
+
+def save_checkpoint(path: str | Path, state: dict) -> Path:
+    """Write ``state`` to ``path`` atomically (write a temporary file, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """Read a checkpoint written by ``save_checkpoint``; ``CheckpointError`` says why not."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / CHECKPOINT_NAME
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}")
+    try:
+        # Checkpoints hold tensors, numbers, strings and dicts only: the safe loader suffices.
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises several types for unreadable files
+        raise CheckpointError(f"{path} is not a readable checkpoint: {exc}") from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} holds a {type(state).__name__}, not a checkpoint dict")
+    return state

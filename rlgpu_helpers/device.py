@@ -1,0 +1,219 @@
+"""Which device to run on, what the machine is, and waiting for the device.
+
+Introduced in notebook 00.
+
+Notebooks never call ``.cuda()``: they ask :func:`get_device` for the best device available, so
+the same notebook runs on a laptop CPU, a Mac and a Colab GPU. :func:`device_report` describes
+the machine so every benchmark result can say where it was measured, and :func:`synchronize`
+waits for queued GPU work, because GPU calls return before the work is done.
+"""
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+_DEVICE_TYPES = ("cpu", "cuda", "mps")
+_GIB = 2**30
+
+
+def get_device(name: str | torch.device | None = None) -> torch.device:
+    """Return a ``torch.device``; ``None`` picks the best available: CUDA, else MPS, else CPU.
+
+    ``name`` may be ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a ``torch.device``. Asking
+    for a device this machine lacks raises an error instead of quietly falling back to the CPU.
+    """
+    if name is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if not isinstance(name, (str, torch.device)):
+        raise TypeError(f"name={name!r} must be a str, a torch.device or None")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in _DEVICE_TYPES:
+        raise ValueError(f"name={name!r} is not a device: use 'cpu', 'cuda', 'cuda:N' or 'mps'")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise RuntimeError(
+                f"name={name!r} asks for CUDA, but torch.cuda.is_available() is False "
+                f"(torch {torch.__version__}, {build}); "
+                "use get_device() to take the best device this machine has"
+            )
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"name={name!r}: this machine has {count} CUDA device(s), 0 to {count - 1}")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError(f"name={name!r} asks for MPS, but torch.backends.mps.is_available() is False")
+    return device
+
+
+def synchronize(device: str | torch.device | None = None) -> None:
+    """Wait until all work queued on ``device`` has finished (a no-op on the CPU).
+
+    GPU kernels run asynchronously: without this, a timer measures only how long it took to
+    *queue* the work.
+    """
+    device = get_device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def native_half_dtypes(device: str | torch.device | None = None) -> tuple[torch.dtype, ...]:
+    """The 16-bit float types ``device`` multiplies in hardware (CPUs without support emulate them, slowly)."""
+    device = get_device(device)
+    if device.type == "cuda":
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        return (torch.bfloat16, torch.float16) if bf16 else (torch.float16,)
+    if device.type == "mps":
+        return (torch.float16,)
+    dtypes = []
+    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
+        dtypes.append(torch.bfloat16)
+    if torch.cpu._is_amx_fp16_supported():
+        dtypes.append(torch.float16)
+    return tuple(dtypes)
+
+
+def _command_output(args: list[str]) -> str | None:
+    """First line a command prints, or None when the command is missing or fails."""
+    if shutil.which(args[0]) is None:
+        return None
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if lines else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        model = _command_output(["sysctl", "-n", "machdep.cpu.brand_string"])
+        if model:
+            return model
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _logical_cores() -> int | None:
+    """Logical cores this process may use (a container may allow fewer than the host has)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
+def _ram_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) * 1024 / _GIB, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / _GIB, 1)
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _nvidia_driver() -> str | None:
+    version = _command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    if version:
+        return version
+    with warnings.catch_warnings():  # the deprecated `pynvml` package warns on import
+        warnings.simplefilter("ignore")
+        try:
+            import pynvml
+        except ImportError:
+            return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        return None
+    return version.decode() if isinstance(version, bytes) else version
+
+
+def device_report(device: str | torch.device | None = None) -> dict:
+    """Describe the machine and ``device`` (default: the best available) as a JSON-ready dict.
+
+    Keys: device, gpu, gpu_memory_gib, driver, cuda, cpu, logical_cores, torch_threads,
+    ram_gib, torch, numpy, python, os. GPU fields are None when ``device`` is not a GPU.
+    """
+    device = get_device(device)
+    gpu = gpu_memory = driver = None
+    if device.type == "cuda":
+        properties = torch.cuda.get_device_properties(device)
+        gpu, gpu_memory = properties.name, round(properties.total_memory / _GIB, 1)
+        driver = _nvidia_driver()
+    elif device.type == "mps":
+        gpu = f"{_cpu_model()} GPU"
+    return {
+        "device": str(device),
+        "gpu": gpu,
+        "gpu_memory_gib": gpu_memory,
+        "driver": driver,
+        "cuda": torch.version.cuda,
+        "cpu": _cpu_model(),
+        "logical_cores": _logical_cores(),
+        "torch_threads": torch.get_num_threads(),
+        "ram_gib": _ram_gib(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "os": platform.platform(),
+    }
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"\((r|tm)\)", "", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+
+
+def machine_label(report: dict) -> str:
+    """A short file-name-safe name for the measured device, e.g. ``cpu-amd-epyc-7b13-2c``.
+
+    GPUs are named by model (``gpu-nvidia-h100-80gb-hbm3``); CPUs by model and logical cores.
+    """
+    if not isinstance(report, dict) or not {"gpu", "cpu", "logical_cores"} <= report.keys():
+        raise ValueError(f"report={report!r} is not a dict from device_report()")
+    if report["gpu"]:
+        return f"gpu-{_slug(report['gpu'])}"
+    return f"cpu-{_slug(report['cpu'])}-{report['logical_cores']}c"
+
+
+def describe_device(device: str | torch.device | None = None) -> str:
+    """One line for a notebook: which device runs the lesson, and how to get a GPU if there is none."""
+    device = get_device(device)
+    if device.type == "cuda":
+        properties = torch.cuda.get_device_properties(device)
+        return f"Using {device}: {properties.name} ({properties.total_memory / _GIB:.0f} GiB)"
+    if device.type == "mps":
+        return f"Using mps: the {_cpu_model()} GPU"
+    best = get_device()
+    if best.type != "cpu":
+        return f"Using the CPU ({_cpu_model()}) although {best} is available"
+    return "No GPU: Runtime > Change runtime type > GPU in Colab; continuing on CPU"
+

@@ -1,0 +1,221 @@
+"""The rules of Snake, shared by every env in the package (introduced in notebook 01).
+
+One place says what a valid game looks like: grid sizes, actions, the start position, the
+``SnakeState`` every env can export and import, and the two observation types computed from a
+state. ``SnakeEnv`` (NumPy) and ``VecSnake`` (torch) both follow these rules, and the tests run
+them side by side to prove it.
+
+Coordinates are ``(row, col)`` with row 0 at the top. Directions: 0 up, 1 right, 2 down, 3 left.
+Actions are relative to the heading: 0 straight, 1 turn right, 2 turn left.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_SIZE, MAX_SIZE = 4, 64
+START_LENGTH = 3
+OBS_TYPES = ("features", "grid")
+NUM_ACTIONS = 3
+NUM_FEATURES = 11
+
+UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
+# Row and column change of one step in each direction.
+DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
+# Heading change of each action: straight, turn right (clockwise), turn left.
+ACTION_TURNS = (0, 1, 3)
+ACTION_NAMES = ("straight", "right", "left")
+
+
+@dataclass(frozen=True)
+class SnakeState:
+    """Everything that decides the future of one game (besides the random food placement).
+
+    body: cells ``(row, col)``, head first, tail last.
+    direction: heading, 0 up, 1 right, 2 down, 3 left.
+    food: the food cell, or ``None`` once the board is full (a won game).
+    steps_since_food: steps made since the snake last ate (or since the start).
+    """
+
+    body: tuple[tuple[int, int], ...]
+    direction: int
+    food: tuple[int, int] | None
+    steps_since_food: int = 0
+
+    def __post_init__(self):
+        # Accept any sequence of pairs (lists from JSON, NumPy rows) but store plain tuples of
+        # ints, so states compare equal whatever they were built from.
+        try:
+            body = tuple((int(r), int(c)) for r, c in self.body)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"body must be a sequence of (row, col) pairs, got {self.body!r}") from exc
+        object.__setattr__(self, "body", body)
+        if self.food is not None:
+            try:
+                row, col = self.food
+                food = (int(row), int(col))
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"food must be a (row, col) pair or None, got {self.food!r}") from exc
+            object.__setattr__(self, "food", food)
+
+    @property
+    def length(self) -> int:
+        return len(self.body)
+
+    @property
+    def score(self) -> int:
+        """Food eaten so far: the length gained since the start."""
+        return len(self.body) - START_LENGTH
+
+
+def check_grid_size(height, width) -> tuple[int, int]:
+    """Return ``(height, width)`` as ints, or raise naming the bad parameter."""
+    for name, value in (("height", height), ("width", width)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+        if not MIN_SIZE <= value <= MAX_SIZE:
+            raise ValueError(f"{name} must be between {MIN_SIZE} and {MAX_SIZE}, got {value}")
+    return int(height), int(width)
+
+
+def check_obs_type(obs_type) -> str:
+    if obs_type not in OBS_TYPES:
+        raise ValueError(f"obs_type must be one of {OBS_TYPES}, got {obs_type!r}")
+    return obs_type
+
+
+def check_max_steps_without_food(max_steps_without_food, height: int, width: int) -> int:
+    """The truncation limit; ``None`` means the default ``height * width``."""
+    if max_steps_without_food is None:
+        return height * width
+    value = max_steps_without_food
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"max_steps_without_food must be an int or None, got {value!r}")
+    if value < 1:
+        raise ValueError(f"max_steps_without_food must be at least 1, got {value}")
+    return int(value)
+
+
+def check_action(action) -> int:
+    """Return a single action as an int, or raise naming the bad value. Never clamps."""
+    if isinstance(action, (bool, np.bool_)) or not isinstance(action, numbers.Integral):
+        if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
+            action = action.item()
+        else:
+            raise TypeError(f"action must be an int in 0..{NUM_ACTIONS - 1}, got {action!r}")
+    if not 0 <= action < NUM_ACTIONS:
+        raise ValueError(f"action must be in 0..{NUM_ACTIONS - 1}, got {action}")
+    return int(action)
+
+
+def turn(direction: int, action: int) -> int:
+    """The heading after taking ``action`` while heading ``direction``."""
+    return (direction + ACTION_TURNS[action]) % 4
+
+
+def start_body(height: int, width: int) -> tuple[tuple[int, int], ...]:
+    """Head at the centre, two body cells to its left; the snake faces right."""
+    row, col = height // 2, width // 2
+    return tuple((row, col - k) for k in range(START_LENGTH))
+
+
+def validate_state(state: SnakeState, height: int, width: int, max_steps_without_food: int) -> None:
+    """Raise ``ValueError`` (``TypeError`` for a wrong type) naming what is wrong with ``state``.
+
+    A valid state: at least 3 cells, all inside the grid and distinct, each adjacent to the next;
+    the heading an int in 0..3 that does not point back into the neck; food on an empty cell, or
+    ``None`` only when the board is full; ``steps_since_food`` in ``0..max_steps_without_food - 1``
+    (a state at the limit would already have been truncated).
+    """
+    if not isinstance(state, SnakeState):
+        raise TypeError(f"state must be a SnakeState, got {type(state).__name__}")
+    body = state.body
+    if len(body) < START_LENGTH:
+        raise ValueError(f"state.body must have at least {START_LENGTH} cells, got {len(body)}")
+    for row, col in body:
+        if not (0 <= row < height and 0 <= col < width):
+            raise ValueError(f"state.body cell {(row, col)} is off the {height}x{width} grid")
+    if len(set(body)) != len(body):
+        raise ValueError(f"state.body has repeated cells: {body}")
+    for (r0, c0), (r1, c1) in zip(body, body[1:]):
+        if abs(r0 - r1) + abs(c0 - c1) != 1:
+            raise ValueError(f"state.body is not contiguous: {(r0, c0)} is not next to {(r1, c1)}")
+    direction = state.direction
+    if isinstance(direction, bool) or not isinstance(direction, numbers.Integral):
+        raise TypeError(f"state.direction must be an int in 0..3, got {direction!r}")
+    if not 0 <= direction < 4:
+        raise ValueError(f"state.direction must be in 0..3, got {direction}")
+    dr, dc = DIRECTION_DELTAS[direction]
+    if (body[0][0] - dr, body[0][1] - dc) != body[1]:
+        # The neck must be behind the head: the head moved into its cell heading `direction`.
+        raise ValueError(
+            f"state.direction {direction} does not match the body: the cell behind the head "
+            f"{body[0]} should be {(body[0][0] - dr, body[0][1] - dc)}, got {body[1]}"
+        )
+    full = len(body) == height * width
+    if state.food is None:
+        if not full:
+            raise ValueError("state.food is None but the board is not full")
+    else:
+        row, col = state.food
+        if not (0 <= row < height and 0 <= col < width):
+            raise ValueError(f"state.food {state.food} is off the {height}x{width} grid")
+        if state.food in set(body):
+            raise ValueError(f"state.food {state.food} is on the body")
+    steps = state.steps_since_food
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
+        raise TypeError(f"state.steps_since_food must be an int, got {steps!r}")
+    if not 0 <= steps < max_steps_without_food:
+        raise ValueError(
+            f"state.steps_since_food must be in 0..{max_steps_without_food - 1}, got {steps}"
+        )
+
+
+def observation_shape(obs_type: str, height: int, width: int) -> tuple[int, ...]:
+    return (NUM_FEATURES,) if obs_type == "features" else (3, height, width)
+
+
+def observe(state: SnakeState, height: int, width: int, obs_type: str) -> np.ndarray:
+    """The observation of ``state``, computed plainly from the rules (the reference for tests)."""
+    if obs_type == "grid":
+        return _observe_grid(state, height, width)
+    return _observe_features(state, height, width)
+
+
+def _observe_grid(state: SnakeState, height: int, width: int) -> np.ndarray:
+    """Channels: 0 head, 1 body (remaining lifetime / length: head 1.0, tail 1/length), 2 food."""
+    obs = np.zeros((3, height, width), dtype=np.float32)
+    length = len(state.body)
+    obs[0][state.body[0]] = 1.0
+    for i, cell in enumerate(state.body):
+        obs[1][cell] = (length - i) / length
+    if state.food is not None:
+        obs[2][state.food] = 1.0
+    return obs
+
+
+def _observe_features(state: SnakeState, height: int, width: int) -> np.ndarray:
+    """danger straight/right/left, heading one-hot (4), food up/right/down/left of the head (4).
+
+    Danger: the cell one step ahead after that turn is a wall or a body cell other than the tail
+    (the tail moves away on the next step, unless the snake eats; the feature ignores that case).
+    """
+    obs = np.zeros(NUM_FEATURES, dtype=np.float32)
+    head_row, head_col = state.body[0]
+    blocked = set(state.body[:-1])
+    for i, action in enumerate(range(NUM_ACTIONS)):
+        dr, dc = DIRECTION_DELTAS[turn(state.direction, action)]
+        row, col = head_row + dr, head_col + dc
+        off_grid = not (0 <= row < height and 0 <= col < width)
+        obs[i] = float(off_grid or (row, col) in blocked)
+    obs[3 + state.direction] = 1.0
+    if state.food is not None:
+        food_row, food_col = state.food
+        obs[7] = float(food_row < head_row)
+        obs[8] = float(food_col > head_col)
+        obs[9] = float(food_row > head_row)
+        obs[10] = float(food_col < head_col)
+    return obs

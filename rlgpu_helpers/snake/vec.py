@@ -1,0 +1,505 @@
+"""``VecSnake``: N games of Snake as tensors on any torch device (introduced in notebook 03).
+
+The rules are those of ``rules.py`` and ``SnakeEnv``; only the bookkeeping differs, chosen so
+that one step costs a fixed, small number of tensor operations over the N games and never waits
+for the device:
+
+* The grid is stored with a border: ``(H + 2) x (W + 1)`` cells per game, the extra top and
+  bottom rows and the extra column (which is also the left neighbour of the next row's first
+  cell) being walls. A move is then ``head + offset[direction]``, and a wall is just a cell that
+  is always occupied: no bounds checks, no clamping.
+* ``stamp[n, cell]`` is the time at which game n's head entered ``cell``. With ``clock[n]`` the
+  time of the last move and ``length[n]`` the snake's length, a cell is body exactly when
+  ``stamp > clock - length``. Moving writes one stamp; growing is ``length += 1`` (the tail's
+  stamp stays inside the window); the tail leaves the window by itself. Walls hold a huge stamp.
+  A new game jumps the clock past every old stamp, so nothing is ever cleared.
+* ``ring[n, t % (H*W)]`` remembers which cell the head entered at time t; it gives the tail.
+* ``row_free[n, r]`` counts the empty cells of each row. Food goes on a uniformly random empty
+  cell in two small steps: the row from a running sum over H counts, then the cell from a running
+  sum over that row's W cells, O(H + W) per game instead of O(H * W).
+* Randomness comes from a counter-based hash of (seed, game, step counter) made of integer tensor
+  ops: no ``torch.Generator`` (which ``torch.compile(fullgraph=True)`` and CUDA graphs cannot
+  take), and the same seed gives the same games on every device.
+* Every choice is ``torch.where`` or ``masked_fill_``, every lookup ``index_select`` or
+  ``index_put_`` on a flat view (several times faster than ``gather``/``scatter`` on a CPU). A
+  game whose state must not change (a dead snake, a game that is not restarting) rewrites its own
+  head with the values it already has. No ``.item()``, no Python ``if`` on a tensor, no
+  boolean-mask indexing, no ``nonzero``: ``step`` never synchronizes with a GPU and can be
+  captured in a CUDA graph. The one exception, the action value check, is on by default and can
+  be switched off (``check_action_values=False``).
+
+Finished games restart inside the same step (gymnasium's ``AutoresetMode.SAME_STEP``): the
+observation returned for them is the first of the next game, and ``info`` holds the last one
+(``"final_obs"``) and the finished game's score, length and outcome (``"episode"``), each with a
+``"_final_obs"`` / ``"_episode"`` mask.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from . import rules
+from .rules import SnakeState
+
+_MASK32 = 0xFFFFFFFF
+_WALL_STAMP = 1 << 62  # the stamp of the "off the grid" column: always body
+
+
+def _hash32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixer (C. Wellons' "lowbias32", constants from its 2022 revision).
+
+    Works on int64 tensors holding 0..2**32-1. Both multipliers are below 2**31, so every
+    product stays below 2**63: exact in int64 on every device, no overflow.
+    """
+    x = x ^ (x >> 16)
+    x = (x * 0x21F0AAAD) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x735A2D97) & _MASK32
+    return x ^ (x >> 15)
+
+
+def _feature_table() -> torch.Tensor:
+    """Every possible "features" observation, one row per (heading, food code, danger code).
+
+    Food code: ``(sign(food_row - head_row) + 1) * 3 + sign(food_col - head_col) + 1``, or 9 for
+    no food; danger code: ``danger_straight + 2 * danger_right + 4 * danger_left``. A step then
+    builds all N observations with one row lookup.
+    """
+    rows = []
+    for heading in range(4):
+        for food_code in range(10):
+            for danger_code in range(8):
+                row = [float((danger_code >> k) & 1) for k in range(3)]
+                row += [float(heading == d) for d in range(4)]
+                if food_code == 9:
+                    row += [0.0] * 4
+                else:
+                    d_row, d_col = food_code // 3 - 1, food_code % 3 - 1
+                    row += [float(d_row < 0), float(d_col > 0), float(d_row > 0), float(d_col < 0)]
+                rows.append(row)
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+class VecSnake(VectorEnv):
+    """``num_envs`` games of Snake stepped together as tensors on ``device``.
+
+    Args:
+        num_envs: number of games N.
+        height, width: grid size, each 4..64.
+        obs_type: ``"features"`` (N, 11) or ``"grid"`` (N, 3, H, W), float32, see ``rules``.
+        max_steps_without_food: truncation limit, default ``height * width``.
+        device: any torch device; every tensor in and out lives there.
+        seed: seed of the food placement; ``reset(seed=...)`` re-seeds.
+        check_action_values: check that every action is 0, 1 or 2. On a GPU this reads a flag
+            back to the host each step; fast loops that produce valid actions turn it off.
+
+    ``step(actions)`` takes an int64 (or int32) tensor of shape (N,) on ``device`` and returns
+    ``(obs, reward, terminated, truncated, info)``: float32 rewards, bool flags, tensors on
+    ``device``.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+
+    def __init__(
+        self,
+        num_envs: int,
+        height: int = 10,
+        width: int = 10,
+        obs_type: str = "features",
+        max_steps_without_food: int | None = None,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        check_action_values: bool = True,
+    ):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral):
+            raise TypeError(f"num_envs must be an int, got {num_envs!r}")
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        self.height, self.width = rules.check_grid_size(height, width)
+        self.obs_type = rules.check_obs_type(obs_type)
+        self.max_steps_without_food = rules.check_max_steps_without_food(
+            max_steps_without_food, self.height, self.width
+        )
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device)
+        self.check_action_values = bool(check_action_values)
+        self.render_mode = None
+
+        obs_shape = rules.observation_shape(self.obs_type, self.height, self.width)
+        self.single_observation_space = spaces.Box(0.0, 1.0, obs_shape, dtype=np.float32)
+        self.single_action_space = spaces.Discrete(rules.NUM_ACTIONS)
+
+        self._build_tables()
+        self._allocate_state()
+        self.reset(seed=seed)
+
+    # The batched spaces hold arrays of N times the single shape; build them only if asked.
+    @property
+    def observation_space(self) -> spaces.Space:
+        if getattr(self, "_observation_space", None) is None:
+            self._observation_space = batch_space(self.single_observation_space, self.num_envs)
+        return self._observation_space
+
+    @property
+    def action_space(self) -> spaces.Space:
+        if getattr(self, "_action_space", None) is None:
+            self._action_space = batch_space(self.single_action_space, self.num_envs)
+        return self._action_space
+
+    # ------------------------------------------------------------------ set-up
+
+    def _build_tables(self):
+        """The bordered layout and small lookup tables, so a step looks up instead of branching."""
+        H, W = self.height, self.width
+        P = W + 1  # row pitch: W cells and one wall
+        self._pitch, self._rows, self._cells = P, H + 2, H * W
+        dev = self.device
+        padded = torch.arange((H + 2) * P)
+        self._row_of = (padded // P - 1).to(dev)  # [padded cell] -> row (-1 / H on the border)
+        self._col_of = (padded % P).to(dev)
+        # Offsets of one step up, right, down, left in the bordered layout.
+        offsets = torch.tensor([dr * P + dc for dr, dc in rules.DIRECTION_DELTAS])
+        self._offset = offsets.to(dev)
+        turned = torch.tensor([[rules.turn(d, a) for a in range(rules.NUM_ACTIONS)] for d in range(4)])
+        self._turned = turned.reshape(-1).to(dev)  # [direction * 3 + action] -> direction
+        self._ahead = offsets[turned].to(dev)  # [direction] -> offsets straight / right / left
+        self._features = _feature_table().to(dev)
+        self._danger_weights = torch.tensor([1, 2, 4], dtype=torch.uint8, device=dev)
+        start = [self._padded(r, c) for r, c in rules.start_body(H, W)]
+        self._start_cells = torch.tensor(start, device=dev)  # head first
+        self._start_age = torch.arange(rules.START_LENGTH, device=dev)  # head 0 ... tail 2
+        self._start_head = start[0]
+        start_free = torch.full((H,), W, dtype=torch.int64)
+        for r, _ in rules.start_body(H, W):
+            start_free[r] -= 1
+        self._start_row_free = start_free.to(dev)
+
+    def _padded(self, row: int, col: int) -> int:
+        return (row + 1) * self._pitch + col
+
+    def _allocate_state(self):
+        """Every piece of state is a tensor updated in place (what CUDA graphs need)."""
+        N, H, dev = self.num_envs, self.height, self.device
+        i64 = dict(dtype=torch.int64, device=dev)
+        self._stamp = torch.full((N, self._rows, self._pitch), _WALL_STAMP, **i64)
+        self._stamp[:, 1 : H + 1, : self.width] = 0
+        self._ring = torch.zeros(N, self._cells, **i64)
+        self._row_free = torch.zeros(N, H, **i64)
+        # Offsets of each game's block in the flat views used by index_select / index_put_.
+        game = torch.arange(N, **i64)
+        self._stamp_at = game * (self._rows * self._pitch)
+        self._ring_at = game * self._cells
+        self._row_free_at = game * H
+        self._first_row = game * self._rows  # index of each game's top wall row
+        self._clock = torch.zeros(N, **i64)
+        self._length = torch.zeros(N, **i64)
+        self._head = torch.zeros(N, **i64)
+        self._direction = torch.zeros(N, **i64)
+        self._food = torch.zeros(N, **i64)
+        self._steps_since_food = torch.zeros(N, **i64)
+        self._episode_steps = torch.zeros(N, **i64)
+        self._counter = torch.zeros((), **i64)
+        self._env_keys = torch.zeros(N, **i64)
+
+    # ------------------------------------------------------------------ randomness
+
+    def _seed(self, seed: int | None):
+        if seed is None:
+            seed = int(np.random.SeedSequence().generate_state(1)[0])
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+        seed = int(seed)
+        halves = _hash32(torch.tensor([seed & _MASK32, (seed >> 32) & _MASK32]))
+        base = int(_hash32(halves[:1] ^ _hash32(halves[1:] + 1)).item())
+        index = torch.arange(self.num_envs, dtype=torch.int64)
+        keys = _hash32(_hash32((index * 0x9E3779B9) & _MASK32) ^ base)
+        self._env_keys.copy_(keys)
+        self._counter.zero_()
+
+    def _random_below(self, n: torch.Tensor) -> torch.Tensor:
+        """One integer uniform in 0..n-1 per game (n >= 1), fresh on every call.
+
+        32 random bits times n, shifted down 32 bits (Lemire's multiply-shift): exact integer
+        arithmetic, n <= 4096 keeps the product below 2**45, the bias is at most n / 2**32.
+        """
+        self._counter.add_(1)
+        bits = _hash32(self._env_keys ^ _hash32(self._counter & _MASK32))
+        return (bits * n) >> 32
+
+    # ------------------------------------------------------------------ API
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start every game afresh; ``seed`` re-seeds the food placement."""
+        if options:
+            raise ValueError(f"options are not supported by VecSnake, got {options!r}")
+        if seed is not None or not hasattr(self, "_seeded"):
+            self._seed(seed)
+            self._seeded = True
+        everyone = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        self._restart(everyone)
+        self._place_food(everyone)
+        return self._observe(), {}
+
+    def step(self, actions: torch.Tensor):
+        """Advance every game one step; see the class docstring for what comes back."""
+        self._check_actions(actions)
+        return self._step(actions)
+
+    def _step(self, actions: torch.Tensor):
+        """The step itself: no checks, no host synchronization."""
+        stamps, ring, row_free = self._stamp.view(-1), self._ring.view(-1), self._row_free.view(-1)
+        direction = self._turned.index_select(0, self._direction * rules.NUM_ACTIONS + actions)
+        new_head = self._head + self._offset.index_select(0, direction)
+        ate = new_head == self._food
+        stamp_there = stamps.index_select(0, self._stamp_at + new_head)
+        # After the move, body is stamp > clock + 1 - new length: the tail's cell is free unless
+        # the snake eats (then the tail stays). Walls are always body.
+        dead = stamp_there > self._clock + 1 - (self._length + ate)
+        alive = ~dead
+        tail_slot = (self._clock - self._length + 1) % self._cells
+        tail = ring.index_select(0, self._ring_at + tail_slot)
+
+        # Move the living. A dead game keeps its state: it rewrites its own head's stamp and
+        # ring slot with the values they already hold.
+        self._clock.add_(alive)
+        self._length.add_(ate)  # eating implies alive: food is never on the body
+        torch.where(alive, new_head, self._head, out=self._head)
+        torch.where(alive, direction, self._direction, out=self._direction)
+        stamps.index_put_((self._stamp_at + self._head,), self._clock)
+        ring.index_put_((self._ring_at + self._clock % self._cells,), self._head)
+        # Empty cells per row: the head's row loses one, the row the tail left gains one.
+        row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, self._head), -alive.long())
+        row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, tail), (alive & ~ate).long())
+        self._steps_since_food.add_(alive).masked_fill_(ate, 0)
+        self._episode_steps.add_(1)
+
+        won = ate & (self._length == self._cells)
+        terminated = dead | won
+        truncated = (self._steps_since_food >= self.max_steps_without_food) & ~terminated
+        reward = ate.to(torch.float32) - dead.to(torch.float32)
+        done = terminated | truncated
+        # The last observation of every game, before restarts and new food. The danger bits
+        # carry over to the next observation: new food changes none, and a restarted snake
+        # sees none (the start position is clear on every grid size).
+        if self.obs_type == "features":
+            danger = self._danger_code()
+            final_obs = self._observe_features(danger, no_food=won)
+        else:
+            final_obs = self._observe_grid(no_food=won)
+        info = {
+            "final_obs": final_obs,
+            "_final_obs": done,
+            "episode": {
+                "score": self._length - rules.START_LENGTH,
+                "length": self._episode_steps.clone(),
+                "won": won,
+            },
+            "_episode": done,
+        }
+        self._restart(done)
+        self._place_food(done | (ate & ~won))
+        if self.obs_type == "features":
+            obs = self._observe_features(danger.masked_fill_(done, 0))
+        else:
+            obs = self._observe_grid()
+        return obs, reward, terminated, truncated, info
+
+    # ------------------------------------------------------------------ internals
+
+    def _restart(self, done: torch.Tensor):
+        """Put the games flagged in ``done`` back at the start (food is placed separately)."""
+        # Jump the clock by 3: every old stamp (<= old clock) falls out of the window
+        # (new clock - 3, new clock] of the new 3-cell snake, so nothing needs clearing.
+        self._clock.add_(done, alpha=rules.START_LENGTH)
+        self._length.masked_fill_(done, rules.START_LENGTH)
+        self._head.masked_fill_(done, self._start_head)
+        self._direction.masked_fill_(done, rules.RIGHT)
+        self._steps_since_food.masked_fill_(done, 0)
+        self._episode_steps.masked_fill_(done, 0)
+        torch.where(done[:, None], self._start_row_free, self._row_free, out=self._row_free)
+        # Restarting games write their 3 start cells; the others rewrite their head 3 times.
+        at = done[:, None]
+        cells = torch.where(at, self._start_cells, self._head[:, None])
+        times = self._clock[:, None] - torch.where(at, self._start_age, 0)
+        self._stamp.view(-1).index_put_(((self._stamp_at[:, None] + cells).view(-1),), times.view(-1))
+        slots = (self._ring_at[:, None] + times % self._cells).view(-1)
+        self._ring.view(-1).index_put_((slots,), cells.view(-1))
+
+    def _place_food(self, need: torch.Tensor):
+        """Put food on a uniformly random empty cell of every game flagged in ``need``."""
+        # The r-th empty cell, counting row by row, with r uniform in 0..free-1. First its row:
+        # the number of rows whose running count of empty cells is <= r.
+        r = self._random_below(self._cells - self._length)
+        before = self._row_free.cumsum(1)  # empty cells in rows 0..i
+        row = (before <= r[:, None]).sum(1).clamp_(max=self.height - 1)  # clamp: unused games
+        at = self._row_free_at + row
+        k = r - before.view(-1).index_select(0, at) + self._row_free.view(-1).index_select(0, at)
+        # Then the k-th empty cell of that row. Games that need no food read one shared wall
+        # row instead of their own (cheap: it stays in cache); their result is discarded.
+        which = torch.where(need, self._first_row + 1 + row, 0)
+        cells = self._stamp.view(-1, self._pitch).index_select(0, which)  # (N, W + 1)
+        empty = cells <= (self._clock - self._length)[:, None]  # the wall column is never empty
+        running = empty.view(torch.uint8).cumsum(1, dtype=torch.uint8)  # W <= 64 fits
+        col = (running <= k.to(torch.uint8)[:, None]).sum(1).clamp_(max=self.width - 1)
+        torch.where(need, (row + 1) * self._pitch + col, self._food, out=self._food)
+
+    def _observe(self) -> torch.Tensor:
+        """The observation of every game."""
+        if self.obs_type == "features":
+            return self._observe_features(self._danger_code())
+        return self._observe_grid()
+
+    def _danger_code(self) -> torch.Tensor:
+        """Danger straight/right/left as bits 0/1/2: a wall, or a body cell other than the tail.
+
+        The tail's stamp is clock - length + 1, so "body but not tail" is stamp > that.
+        """
+        ahead = self._head[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3)
+        stamps = self._stamp.view(-1).index_select(0, (self._stamp_at[:, None] + ahead).view(-1))
+        danger = stamps.view(-1, 3) > (self._clock - self._length + 1)[:, None]
+        return (danger.view(torch.uint8) * self._danger_weights).sum(1)
+
+    def _observe_features(self, danger_code: torch.Tensor, no_food: torch.Tensor | None = None):
+        """One row lookup per game in the table of every possible features observation."""
+        # Where the food is: the signs of its row and column offsets from the head (3 x 3), or
+        # "no food" (code 9).
+        d_row = torch.sign(self._row_of.index_select(0, self._food) - self._row_of.index_select(0, self._head))
+        d_col = torch.sign(self._col_of.index_select(0, self._food) - self._col_of.index_select(0, self._head))
+        food_code = (d_row + 1) * 3 + (d_col + 1)
+        if no_food is not None:
+            food_code = food_code.masked_fill_(no_food, 9)
+        return self._features.index_select(0, (self._direction * 10 + food_code) * 8 + danger_code)
+
+    def _observe_grid(self, no_food: torch.Tensor | None = None):
+        N, H, W, cells = self.num_envs, self.height, self.width, self._cells
+        obs = torch.empty(N, 3, H, W, dtype=torch.float32, device=self.device)
+        # Body: remaining lifetime stamp - (clock - length), 1..length, over length; 0 elsewhere.
+        # Computed over each game's whole contiguous block (walls included, then dropped): on
+        # a CPU, broadcasting over the strided inside view is several times slower. Subtract in
+        # int64 (stamps are large), then work in float32; division, not a reciprocal multiply,
+        # so the values are the correctly rounded (length - i) / length of the rules.
+        life = (self._stamp.view(N, -1) - (self._clock - self._length)[:, None]).to(torch.float32)
+        life.clamp_(min=0.0).div_(self._length.to(torch.float32)[:, None])
+        obs[:, 1] = life.view(N, self._rows, self._pitch)[:, 1 : H + 1, :W]
+        # Head and food: one 1.0 each, written through a flat view.
+        obs[:, 0] = 0.0
+        obs[:, 2] = 0.0
+        flat = obs.view(-1)
+        at = torch.arange(N, device=self.device) * (3 * cells)
+        head = self._row_of.index_select(0, self._head) * W + self._col_of.index_select(0, self._head)
+        food = self._row_of.index_select(0, self._food) * W + self._col_of.index_select(0, self._food)
+        flat.index_put_((at + head,), torch.ones((), device=self.device))
+        food_value = torch.ones((), device=self.device) if no_food is None else (~no_food).to(torch.float32)
+        flat.index_put_((at + 2 * cells + food,), food_value.expand(N))
+        return obs
+
+    def _check_actions(self, actions):
+        if not isinstance(actions, torch.Tensor):
+            raise TypeError(f"actions must be a torch.Tensor on {self.device}, got {type(actions).__name__}")
+        if actions.shape != (self.num_envs,):
+            raise ValueError(f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}")
+        if actions.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise TypeError(f"actions must be an integer tensor, got dtype {actions.dtype}")
+        if actions.device != self.device:
+            raise ValueError(f"actions must be on {self.device}, got {actions.device}")
+        if self.check_action_values:
+            bad = (actions < 0) | (actions >= rules.NUM_ACTIONS)
+            if bool(bad.any()):  # a host sync on a GPU: see check_action_values
+                index = int(bad.to(torch.uint8).argmax())
+                raise ValueError(
+                    f"actions[{index}] = {int(actions[index])} is not a valid action "
+                    "(0 straight, 1 right, 2 left)"
+                )
+
+    # ------------------------------------------------------------------ state for tests and tools
+
+    def get_state(self, index: int) -> SnakeState:
+        """The state of game ``index`` as a ``SnakeState`` (copies a few numbers to the host)."""
+        index = self._check_index(index)
+        clock, length = int(self._clock[index]), int(self._length[index])
+        ring = self._ring[index].tolist()
+        body = tuple(self._unpadded(ring[(clock - k) % self._cells]) for k in range(length))
+        return SnakeState(
+            body=body,
+            direction=int(self._direction[index]),
+            food=self._unpadded(int(self._food[index])),
+            steps_since_food=int(self._steps_since_food[index]),
+        )
+
+    def _unpadded(self, cell: int) -> tuple[int, int]:
+        return cell // self._pitch - 1, cell % self._pitch
+
+    def set_state(self, index: int, state: SnakeState) -> None:
+        """Make game ``index`` continue from ``state``; other games are untouched.
+
+        ``state`` is checked first (``rules.validate_state``); an invalid one raises and leaves
+        the env as it was. A finished game (board full, no food) cannot be set.
+        """
+        index = self._check_index(index)
+        rules.validate_state(state, self.height, self.width, self.max_steps_without_food)
+        if state.food is None:
+            raise ValueError("state.food is None: a won game has ended and cannot be continued")
+        length = len(state.body)
+        clock = int(self._clock[index]) + length  # past every old stamp of this game
+        cells = torch.tensor([self._padded(r, c) for r, c in state.body], device=self.device)
+        times = torch.arange(clock, clock - length, -1, device=self.device)
+        self._stamp[index].view(-1)[cells] = times
+        self._ring[index, times % self._cells] = cells
+        row_free = torch.full((self.height,), self.width, dtype=torch.int64)
+        for r, _ in state.body:
+            row_free[r] -= 1
+        self._row_free[index] = row_free.to(self.device)
+        self._clock[index] = clock
+        self._length[index] = length
+        self._head[index] = self._padded(*state.body[0])
+        self._direction[index] = state.direction
+        self._food[index] = self._padded(*state.food)
+        self._steps_since_food[index] = state.steps_since_food
+        self._episode_steps[index] = 0
+
+    _STATE = ("stamp", "ring", "row_free", "clock", "length", "head", "direction", "food",
+              "steps_since_food", "episode_steps", "counter", "env_keys")
+
+    def state_dict(self) -> dict:
+        """Every game's full state and the random stream, for checkpoints (tensors, copied)."""
+        return {name: getattr(self, f"_{name}").clone() for name in self._STATE}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue exactly from ``state_dict()`` of an env with the same settings."""
+        missing = [name for name in self._STATE if name not in state]
+        if missing:
+            raise ValueError(f"state is missing {missing}: not a VecSnake state_dict")
+        for name in self._STATE:
+            mine, theirs = getattr(self, f"_{name}"), state[name]
+            if not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape:
+                got = tuple(theirs.shape) if isinstance(theirs, torch.Tensor) else type(theirs).__name__
+                raise ValueError(
+                    f"state[{name!r}] has shape {got}, expected {tuple(mine.shape)}: "
+                    "was it saved from an env with another num_envs or grid size?"
+                )
+        for name in self._STATE:
+            getattr(self, f"_{name}").copy_(state[name])
+        self._seeded = True
+
+    def observe(self) -> torch.Tensor:
+        """The current observation of every game (what the last ``step``/``reset`` returned)."""
+        return self._observe()
+
+    def _check_index(self, index) -> int:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise TypeError(f"index must be an int, got {index!r}")
+        if not 0 <= index < self.num_envs:
+            raise ValueError(f"index must be in 0..{self.num_envs - 1}, got {index}")
+        return int(index)
+
+    def __repr__(self) -> str:
+        return (
+            f"VecSnake(num_envs={self.num_envs}, height={self.height}, width={self.width}, "
+            f"obs_type={self.obs_type!r}, device={str(self.device)!r})"
+        )

@@ -1,0 +1,83 @@
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlgpu_helpers import bench, cli
+from rlgpu_helpers.bench import Record, load_json
+from rlgpu_helpers.cli import main
+from rlgpu_helpers.device import device_report, machine_label
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+
+
+def test_bench_prints_a_table_and_writes_json(tmp_path, capsys):
+    path = tmp_path / "out" / "ceilings.json"
+    assert main(["bench", "--device", "cpu", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "throughput (TFLOP/s)" in out and "bandwidth (GB/s)" in out and f"Wrote {path}" in out
+    records = load_json(path)
+    assert {r.name for r in records} == {"matmul", "copy"}
+    data = json.loads(path.read_text())
+    assert data["records"][0]["command"] == (
+        f"RLGPU_QUICK=1 python -m rlgpu_helpers bench --device cpu --json {path}")
+
+
+def test_a_registered_suite_runs_and_saves(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("RLGPU_QUICK", "0")
+    label = machine_label(device_report("cpu"))
+    seen = []
+
+    def toy_suite(device, progress):
+        seen.append((device, progress))
+        return [Record("toy", "plain", "speed", 42.0, "steps/s", {"num_envs": 8}, None, label)]
+
+    monkeypatch.setitem(cli.BENCH_SUITES, "toy", toy_suite)
+    monkeypatch.setattr(bench, "data_dir", lambda: tmp_path)
+    assert main(["bench", "toy", "--device", "cpu", "--save"]) == 0
+    assert seen == [(torch.device("cpu"), False)]
+    assert f"Saved to {tmp_path / 'reference' / label}.json" in capsys.readouterr().out
+    saved, = load_json(tmp_path / "reference" / f"{label}.json")
+    assert (saved.name, saved.value, saved.unit) == ("toy", 42.0, "steps/s")
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "required: COMMAND"),
+    (["bench", "nope"], "invalid choice: 'nope'"),
+    (["bench", "--device", "tpu"], "name='tpu' is not a device"),
+    (["bench", "--save"], "--save stores full-size reference results"),
+    (["bench", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+])
+def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cuda_without_cuda_is_an_argument_error(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--device", "cuda"])
+    assert exit_info.value.code == 2
+    assert "asks for CUDA" in capsys.readouterr().err
+
+
+def test_bad_quick_mode_value_is_an_argument_error(monkeypatch, capsys):
+    monkeypatch.setenv("RLGPU_QUICK", "sometimes")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench"])
+    assert exit_info.value.code == 2
+    assert "RLGPU_QUICK='sometimes'" in capsys.readouterr().err
+
+
+def test_python_dash_m_exits_2_without_a_traceback():
+    done = subprocess.run([sys.executable, "-m", "rlgpu_helpers", "bench", "nope"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "invalid choice" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,84 @@
+"""Course-wide rules every notebook follows (see COURSE_DESIGN.md, Conventions)."""
+
+import ast
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+IDS = [path.name for path in NOTEBOOKS]
+
+
+def code_cells(path):
+    return [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+
+
+def python_source(cell) -> str:
+    """A cell's source with IPython magics and shell escapes blanked, so `ast` can parse it."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell.source.splitlines())
+
+
+def used_helpers(tree) -> set[tuple[str, str]]:
+    """(module, attribute) pairs a cell takes from rlgpu_helpers, directly or through an alias."""
+    used, aliases = set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rlgpu_helpers"):
+            used |= {(node.module, alias.name) for alias in node.names}
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("rlgpu_helpers"):
+                    aliases[alias.asname or alias.name] = alias.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain = [node.attr]
+            value = node.value
+            while isinstance(value, ast.Attribute):
+                chain.insert(0, value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in aliases:
+                module = aliases[value.id]
+                for attribute in chain:  # rlgpu_helpers.bench.plot_records: walk submodules
+                    if importlib.util.find_spec(f"{module}.{attribute}") is None:
+                        used.add((module, attribute))
+                        break
+                    module = f"{module}.{attribute}"
+    return used
+
+
+def test_there_are_notebooks():
+    assert "00_setup.ipynb" in IDS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_helpers_used_in_notebooks_exist(path):
+    tree = ast.parse("\n".join(python_source(cell) for cell in code_cells(path)))
+    for module, attribute in sorted(used_helpers(tree)):
+        assert hasattr(importlib.import_module(module), attribute), f"{path.name} uses missing {module}.{attribute}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_first_code_cell_is_the_colab_install_cell(path):
+    first = code_cells(path)[0].source
+    assert first == code_cells(NOTEBOOKS[0])[0].source
+    assert 'if "google.colab" in sys.modules:' in first
+    assert re.search(r'^COURSE_REPO = "https://', first, flags=re.M)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_outputs_come_from_one_run_top_to_bottom(path):
+    cells = code_cells(path)
+    assert [cell.execution_count for cell in cells] == list(range(1, len(cells) + 1))
+    for index, cell in enumerate(cells):
+        assert not any(output.get("name") == "stderr" for output in cell.outputs), f"cell {index} has stderr"
+        assert not any(output.output_type == "error" for output in cell.outputs), f"cell {index} raised"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebooks_choose_devices_through_the_helper(path):
+    for cell in code_cells(path):
+        assert ".cuda()" not in cell.source
+        assert "RLGPU_QUICK" not in cell.source  # sizes come from config.pick

@@ -1,0 +1,64 @@
+"""The project's packaging, CI and documentation agree with each other."""
+
+import os
+import re
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+ENVIRONMENT = yaml.safe_load((ROOT / "environment.yml").read_text())
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge package name -> PyPI name
+
+
+def requirements(specs) -> dict[str, str]:
+    parsed = [Requirement(spec) for spec in specs]
+    return {CONDA_NAMES.get(r.name, r.name).lower(): str(r.specifier) for r in parsed}
+
+
+def test_environment_yml_names_the_pyproject_dependencies():
+    project = PYPROJECT["project"]
+    conda = [spec for spec in ENVIRONMENT["dependencies"] if isinstance(spec, str) and spec != "pip"]
+    expected = requirements(project["dependencies"] + project["optional-dependencies"]["dev"])
+    expected["python"] = project["requires-python"]
+    assert requirements(conda) == expected
+
+
+def test_environment_yml_installs_this_checkout_with_dev_extras():
+    assert ENVIRONMENT["name"] == "rlgpu"
+    pip_sections = [spec["pip"] for spec in ENVIRONMENT["dependencies"] if isinstance(spec, dict)]
+    assert pip_sections == [["-e .[dev]"]]
+
+
+def test_dependencies_have_lower_bounds_only():
+    project = PYPROJECT["project"]
+    for spec in project["dependencies"] + project["optional-dependencies"]["dev"]:
+        operators = {s.operator for s in Requirement(spec).specifier}
+        assert operators == {">="}, spec
+
+
+def test_pytest_runs_tests_and_notebooks_under_strict_nbval():
+    options = PYPROJECT["tool"]["pytest"]["ini_options"]
+    assert options["testpaths"] == ["tests", "notebooks"]
+    assert {"--nbval", "--nbval-current-env", "--durations=15"} <= set(options["addopts"])
+    assert "--nbval-lax" not in options["addopts"]
+    timeout, = (opt for opt in options["addopts"] if opt.startswith("--nbval-cell-timeout="))
+    assert 0 < float(timeout.split("=")[1]) <= 600
+
+
+def test_ci_script_runs_the_readme_test_command():
+    script = ROOT / ".ci" / "run"
+    assert os.access(script, os.X_OK)
+    lines = [line for line in script.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert lines[0] == "set -euo pipefail"
+    assert "python -m pip install torch==2.13.0" in lines
+    assert 'python -m pip install -e ".[dev]"' in lines
+    readme_commands = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert any(lines[-1] in block.splitlines() for block in readme_commands)
+    assert lines[-1] == "pytest"

@@ -1,0 +1,352 @@
+"""VecSnake plays by the same rules as SnakeEnv, on tensors, without host synchronization."""
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlgpu_helpers.snake import SnakeEnv, SnakeState, VecSnake, rules
+
+
+def random_state(rng: random.Random, height: int, width: int, max_steps: int) -> SnakeState:
+    """A random valid state: a self-avoiding walk of random length, food on an empty cell."""
+    cells = height * width
+    while True:
+        length = rng.randint(3, max(3, cells * 2 // 3))
+        body = [(rng.randrange(height), rng.randrange(width))]
+        while len(body) < length:
+            r, c = body[-1]
+            options = [
+                (r + dr, c + dc)
+                for dr, dc in rules.DIRECTION_DELTAS
+                if 0 <= r + dr < height and 0 <= c + dc < width and (r + dr, c + dc) not in body
+            ]
+            if not options:
+                break
+            body.append(rng.choice(options))
+        if len(body) < 3:
+            continue
+        # The walk grew from the head to the tail; the heading points from the neck to the head.
+        (hr, hc), (nr, nc) = body[0], body[1]
+        direction = rules.DIRECTION_DELTAS.index((hr - nr, hc - nc))
+        empty = [(r, c) for r in range(height) for c in range(width) if (r, c) not in body]
+        if not empty:
+            continue
+        steps = rng.choice([0, rng.randrange(max_steps), max_steps - 1])
+        return SnakeState(tuple(body), direction, rng.choice(empty), steps)
+
+
+def test_spaces_and_conventions():
+    env = VecSnake(5, 6, 7, obs_type="grid", seed=0)
+    assert env.num_envs == 5
+    assert env.single_observation_space.shape == (3, 6, 7)
+    assert env.observation_space.shape == (5, 3, 6, 7)
+    assert env.single_action_space.n == 3
+    assert env.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    obs, info = env.reset(seed=1)
+    assert obs.dtype == torch.float32 and obs.shape == (5, 3, 6, 7) and info == {}
+    obs, reward, terminated, truncated, info = env.step(torch.zeros(5, dtype=torch.int64))
+    assert reward.dtype == torch.float32 and terminated.dtype == torch.bool
+    assert truncated.dtype == torch.bool and info["_final_obs"].dtype == torch.bool
+    assert info["final_obs"].shape == obs.shape
+
+
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_reset_starts_every_game_by_the_rules(obs_type):
+    env = VecSnake(8, 6, 9, obs_type=obs_type, seed=3)
+    obs, _ = env.reset()
+    for i in range(8):
+        state = env.get_state(i)
+        assert state.body == rules.start_body(6, 9)
+        assert state.direction == rules.RIGHT and state.steps_since_food == 0
+        assert state.food not in state.body
+        np.testing.assert_array_equal(obs[i].numpy(), rules.observe(state, 6, 9, obs_type))
+
+
+def run_lockstep(obs_type, height, width, num_envs, steps, seed):
+    """Step SnakeEnv and VecSnake side by side; return counts of what happened."""
+    rng = random.Random(seed)
+    vec = VecSnake(num_envs, height, width, obs_type=obs_type, seed=seed)
+    max_steps = vec.max_steps_without_food
+    singles = [SnakeEnv(height, width, obs_type=obs_type) for _ in range(num_envs)]
+    for i, env in enumerate(singles):
+        env.reset(seed=seed + i)
+        state = random_state(rng, height, width, max_steps)
+        env.set_state(state)
+        vec.set_state(i, state)
+    seen = dict(ate=0, wall=0, body=0, truncated=0, tail_chase=0, steps=0)
+    for _ in range(steps):
+        before = [env.get_state() for env in singles]
+        actions = [rng.randrange(3) for _ in range(num_envs)]
+        obs, reward, terminated, truncated, info = vec.step(torch.tensor(actions))
+        for i, env in enumerate(singles):
+            s_obs, s_reward, s_term, s_trunc, s_info = env.step(actions[i])
+            assert reward[i].item() == s_reward
+            assert terminated[i].item() == s_term and truncated[i].item() == s_trunc
+            seen["steps"] += 1
+            if s_term or s_trunc:
+                # The finished game's last observation and record are in info; the game
+                # itself restarted in the same step.
+                assert info["_final_obs"][i] and info["_episode"][i]
+                np.testing.assert_array_equal(info["final_obs"][i].numpy(), s_obs)
+                assert info["episode"]["score"][i].item() == s_info["score"]
+                assert info["episode"]["won"][i].item() == s_info["won"]
+                restarted = vec.get_state(i)
+                assert restarted.body == rules.start_body(height, width)
+                np.testing.assert_array_equal(
+                    obs[i].numpy(), rules.observe(restarted, height, width, obs_type)
+                )
+                if s_trunc:
+                    seen["truncated"] += 1
+                elif s_reward < 0:
+                    head = before[i].body[0]
+                    d = rules.DIRECTION_DELTAS[rules.turn(before[i].direction, actions[i])]
+                    r, c = head[0] + d[0], head[1] + d[1]
+                    seen["wall" if not (0 <= r < height and 0 <= c < width) else "body"] += 1
+                state = random_state(rng, height, width, max_steps)
+                env.set_state(state)
+                vec.set_state(i, state)
+                continue
+            assert not info["_final_obs"][i]
+            single, batched = env.get_state(), vec.get_state(i)
+            assert batched.body == single.body
+            assert batched.direction == single.direction
+            assert batched.steps_since_food == single.steps_since_food
+            if s_reward > 0:
+                seen["ate"] += 1
+                assert batched.food not in batched.body
+                # Food placement is random in both: copy the single env's choice across.
+                vec.set_state(i, dataclasses.replace(batched, food=single.food))
+                np.testing.assert_array_equal(
+                    vec.observe()[i].numpy(), rules.observe(single, height, width, obs_type)
+                )
+            else:
+                assert batched.food == single.food
+                np.testing.assert_array_equal(obs[i].numpy(), s_obs)
+                if single.body[0] == before[i].body[-1]:
+                    seen["tail_chase"] += 1
+    return seen
+
+
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_lockstep_with_snake_env(obs_type):
+    seen = run_lockstep(obs_type, height=6, width=7, num_envs=16, steps=400, seed=11)
+    assert seen["steps"] >= 6_400
+    # Every kind of event the rules describe happened, so each was compared.
+    for kind in ("ate", "wall", "body", "truncated", "tail_chase"):
+        assert seen[kind] > 0, (kind, seen)
+
+
+def test_lockstep_on_a_larger_grid():
+    seen = run_lockstep("features", height=10, width=10, num_envs=16, steps=250, seed=5)
+    assert seen["steps"] >= 4_000 and seen["ate"] > 0 and seen["body"] > 0
+
+
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_filling_the_board_wins_and_restarts(obs_type):
+    # A 4x4 board with 15 snake cells in a serpentine; the last empty cell holds the food.
+    path = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (1, 0),
+            (2, 0), (2, 1), (2, 2), (2, 3), (3, 3), (3, 2), (3, 1), (3, 0)]
+    body = tuple(reversed(path[:-1]))  # head at (3, 1), heading left
+    state = SnakeState(body, rules.LEFT, food=(3, 0), steps_since_food=4)
+    env = VecSnake(3, 4, 4, obs_type=obs_type, seed=0)
+    env.set_state(1, state)
+    obs, reward, terminated, truncated, info = env.step(torch.tensor([0, 0, 0]))
+    assert reward[1].item() == 1.0 and terminated[1].item() and not truncated[1].item()
+    assert info["episode"]["won"][1].item() and info["episode"]["score"][1].item() == 13
+    won = SnakeState(tuple(reversed(path)), rules.LEFT, food=None, steps_since_food=0)
+    np.testing.assert_array_equal(info["final_obs"][1].numpy(), rules.observe(won, 4, 4, obs_type))
+    assert env.get_state(1).body == rules.start_body(4, 4)
+
+
+def test_food_is_uniform_over_the_empty_cells():
+    # Every game eats on its first step from the same state; new food must be uniform over
+    # the 16 - 4 = 12 empty cells.
+    state = SnakeState(((1, 1), (1, 0), (0, 0)), rules.RIGHT, food=(1, 2), steps_since_food=0)
+    n = 24_000
+    env = VecSnake(n, 4, 4, seed=7)
+    for i in range(n):
+        env.set_state(i, state)
+    env.step(torch.zeros(n, dtype=torch.int64))
+    food = [env.get_state(i).food for i in range(n)]
+    counts = np.bincount([r * 4 + c for r, c in food], minlength=16)
+    occupied = [r * 4 + c for r, c in ((1, 2), (1, 1), (1, 0), (0, 0))]
+    assert counts[occupied].sum() == 0
+    empty = np.delete(counts, occupied)
+    expected = n / 12
+    chi2 = ((empty - expected) ** 2 / expected).sum()
+    assert chi2 < 31.3  # the 99.9% point of chi-square with 11 degrees of freedom
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    height=st.integers(4, 9),
+    width=st.integers(4, 9),
+    seed=st.integers(0, 2**32 - 1),
+    obs_type=st.sampled_from(rules.OBS_TYPES),
+    actions=st.lists(st.integers(0, 2), min_size=1, max_size=120),
+)
+def test_invariants_under_random_play(height, width, seed, obs_type, actions):
+    num_envs = 6
+    env = VecSnake(num_envs, height, width, obs_type=obs_type, seed=seed)
+    obs, _ = env.reset()
+    eaten = np.zeros(num_envs, dtype=int)
+    mix = random.Random(seed)
+    for a in actions:
+        batch = torch.tensor([(a + mix.randrange(3) * (i % 2)) % 3 for i in range(num_envs)])
+        obs, reward, terminated, truncated, info = env.step(batch)
+        eaten += (reward > 0).numpy()
+        done = (terminated | truncated).numpy()
+        assert not (terminated & truncated).any()
+        for i in range(num_envs):
+            if done[i]:
+                assert info["episode"]["score"][i].item() == eaten[i]
+                eaten[i] = 0
+            state = env.get_state(i)
+            body = state.body
+            assert len(body) == rules.START_LENGTH + eaten[i]
+            assert len(set(body)) == len(body)
+            assert all(abs(a[0] - b[0]) + abs(a[1] - b[1]) == 1 for a, b in zip(body, body[1:]))
+            assert all(0 <= r < height and 0 <= c < width for r, c in body)
+            assert state.food not in body and 0 <= state.food[0] < height and 0 <= state.food[1] < width
+            np.testing.assert_array_equal(obs[i].numpy(), rules.observe(state, height, width, obs_type))
+
+
+def play(seed, steps=200, obs_type="grid"):
+    env = VecSnake(32, 8, 8, obs_type=obs_type, seed=seed)
+    actions = torch.Generator().manual_seed(0)
+    obs, _ = env.reset()
+    frames = [obs]
+    for _ in range(steps):
+        obs, reward, terminated, truncated, _ = env.step(torch.randint(0, 3, (32,), generator=actions))
+        frames += [obs, reward, terminated, truncated]
+    return frames
+
+
+def test_same_seed_same_games_different_seed_different_games():
+    first, again, other = play(seed=123), play(seed=123), play(seed=124)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other))
+
+
+def test_reset_with_a_seed_replays_the_same_games():
+    env = VecSnake(16, 8, 8, seed=9)
+    actions = torch.randint(0, 3, (50, 16), generator=torch.Generator().manual_seed(1))
+    runs = []
+    for _ in range(2):
+        obs, _ = env.reset(seed=42)
+        runs.append([obs] + [env.step(a)[0] for a in actions])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_compiled_step_gives_the_same_results_as_the_eager_step():
+    """fullgraph=True fails on any graph break: a .item(), a Python branch on a tensor value,
+    boolean-mask indexing or nonzero in the step would all break the graph."""
+    eager = VecSnake(64, 6, 6, obs_type="features", seed=4, check_action_values=False)
+    compiled_env = VecSnake(64, 6, 6, obs_type="features", seed=4, check_action_values=False)
+    compiled_step = torch.compile(compiled_env._step, fullgraph=True)
+    actions = torch.randint(0, 3, (60, 64), generator=torch.Generator().manual_seed(2))
+    saw_done = False
+    for a in actions:
+        want = eager._step(a)
+        got = compiled_step(a)
+        for w, g in zip(want[:4], got[:4]):
+            assert torch.equal(w, g)
+        assert torch.equal(want[4]["final_obs"], got[4]["final_obs"])
+        assert torch.equal(want[4]["episode"]["score"], got[4]["episode"]["score"])
+        saw_done |= bool(want[2].any() | want[3].any())
+    assert saw_done
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def snapshot(env):
+    return {name: value.clone() for name, value in vars(env).items() if isinstance(value, torch.Tensor)}
+
+
+def assert_unchanged(env, before):
+    after = snapshot(env)
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.parametrize(
+    "actions, error, message",
+    [
+        (torch.tensor([0, 1, 3, 0]), ValueError, r"actions\[2\] = 3"),
+        (torch.tensor([0, -1, 0, 0]), ValueError, r"actions\[1\] = -1"),
+        (torch.tensor([0, 1, 2]), ValueError, r"shape \(4,\), got \(3,\)"),
+        (torch.zeros(4, 1, dtype=torch.int64), ValueError, r"shape \(4,\), got \(4, 1\)"),
+        (torch.zeros(4), TypeError, "integer tensor, got dtype torch.float32"),
+        (torch.zeros(4, dtype=torch.bool), TypeError, "torch.bool"),
+        (np.zeros(4, dtype=np.int64), TypeError, "torch.Tensor"),
+        ([0, 0, 0, 0], TypeError, "torch.Tensor"),
+        (torch.zeros(4, dtype=torch.int64, device="meta"), ValueError, "must be on cpu, got meta"),
+    ],
+)
+def test_bad_actions_raise_and_leave_the_env_unchanged(actions, error, message):
+    env = VecSnake(4, 5, 5, seed=0)
+    before = snapshot(env)
+    with pytest.raises(error, match=message):
+        env.step(actions)
+    assert_unchanged(env, before)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(num_envs=0), ValueError, "num_envs must be at least 1, got 0"),
+        (dict(num_envs=2.5), TypeError, "num_envs must be an int"),
+        (dict(height=3), ValueError, "height must be between 4 and 64, got 3"),
+        (dict(width=65), ValueError, "width must be between 4 and 64, got 65"),
+        (dict(obs_type="pixels"), ValueError, "obs_type must be one of"),
+        (dict(max_steps_without_food=0), ValueError, "max_steps_without_food must be at least 1"),
+        (dict(seed=-1), ValueError, "seed must be a non-negative int"),
+    ],
+)
+def test_bad_constructor_arguments_raise(kwargs, error, message):
+    args = dict(num_envs=4) | kwargs
+    with pytest.raises(error, match=message):
+        VecSnake(**args)
+
+
+@pytest.mark.parametrize(
+    "state, message",
+    [
+        (SnakeState(((2, 2), (2, 1), (0, 1)), rules.RIGHT, (4, 4)), "not contiguous"),
+        (SnakeState(((2, 5), (2, 4), (2, 3)), rules.RIGHT, (4, 4)), "off the 5x5 grid"),
+        (SnakeState(((2, 2), (2, 1), (2, 0)), rules.RIGHT, (2, 1)), "food .* is on the body"),
+        (SnakeState(((2, 2), (2, 1), (2, 0)), rules.LEFT, (4, 4)), "does not match the body"),
+        (SnakeState(((2, 2), (2, 1), (2, 0)), rules.RIGHT, None), "board is not full"),
+        (SnakeState(((2, 2), (2, 1), (2, 0)), rules.RIGHT, (4, 4), 25), "steps_since_food"),
+    ],
+)
+def test_invalid_states_raise_and_leave_the_env_unchanged(state, message):
+    env = VecSnake(4, 5, 5, seed=0)
+    before = snapshot(env)
+    with pytest.raises(ValueError, match=message):
+        env.set_state(2, state)
+    assert_unchanged(env, before)
+
+
+@pytest.mark.parametrize("index, error", [(4, ValueError), (-1, ValueError), (1.0, TypeError)])
+def test_bad_game_index_raises(index, error):
+    env = VecSnake(4, 5, 5, seed=0)
+    with pytest.raises(error, match="index"):
+        env.get_state(index)
+    state = env.get_state(0)
+    with pytest.raises(error, match="index"):
+        env.set_state(index, state)
+
+
+def test_value_check_can_be_switched_off_for_fast_loops():
+    env = VecSnake(4, 5, 5, seed=0, check_action_values=False)
+    env.step(torch.tensor([0, 1, 2, 0]))  # valid actions still work
+    with pytest.raises(TypeError):  # shape, dtype and device are always checked
+        env.step(torch.zeros(4))
