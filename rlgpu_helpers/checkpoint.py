@@ -51,7 +51,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         # Checkpoints hold tensors, numbers, strings and dicts only: the safe loader suffices.
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises several types for unreadable files
-        raise CheckpointError(f"{path} is not a readable checkpoint: {exc}") from exc
+        raise CheckpointError(
+            f"{path} is not a checkpoint written by this package: torch.load cannot read it with "
+            f"weights_only=True ({type(exc).__name__}); it may be truncated, corrupt or another kind of file"
+        ) from exc
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a checkpoint dict")
     return state

@@ -1,10 +1,12 @@
-"""The command line: ``python -m rlgpu_helpers bench [SUITE] [--device D] [--json PATH] [--save]``.
+"""The command line: ``python -m rlgpu_helpers bench | train | play``.
 
-Introduced in notebook 00.
+Introduced in notebook 00 (``bench``); ``train`` and ``play`` come with notebook 11.
 
 ``bench`` runs a benchmark suite, prints its table and can store the records: ``--json`` in any
 file, ``--save`` in this machine's reference file under ``data/reference/``, which the notebooks
-show beside the student's own measurements.
+show beside the student's own measurements. ``train`` trains PPO or DQN on ``VecSnake`` with a
+time or step budget, checkpoints as it goes and can ``--resume``; ``play`` shows a trained agent
+(an agent file or a checkpoint) playing, and saves the games as a GIF.
 
 Extending it:
 
@@ -16,13 +18,18 @@ Extending it:
 """
 
 import argparse
+import dataclasses
+import datetime
+import json
 import shlex
 import sys
+from pathlib import Path
 
 from .bench import records_table, save_json, save_reference
 from .ceilings import measure_ceilings
 from .config import is_quick
 from .device import describe_device, device_report, get_device, machine_label
+from .env_bench import measure_env_throughput
 
 
 class UsageError(Exception):
@@ -32,6 +39,7 @@ class UsageError(Exception):
 # name -> function(device: torch.device, progress: bool) -> list[Record]; one line per suite
 BENCH_SUITES = {
     "ceilings": measure_ceilings,
+    "envs": measure_env_throughput,
 }
 
 
@@ -51,9 +59,7 @@ def run_bench(args: argparse.Namespace) -> int:
     records = BENCH_SUITES[args.suite](device, sys.stderr.isatty())
     report = device_report(device)
     print(records_table(records, this_machine=machine_label(report)))
-    command = shlex.join(["python", "-m", "rlgpu_helpers", *args.argv])
-    if is_quick():
-        command = "RLGPU_QUICK=1 " + command
+    command = _command(args)
     if args.json is not None:
         print(f"Wrote {save_json(args.json, records, report, command)}")
     if args.save:
@@ -75,7 +81,171 @@ def add_bench(subparsers) -> None:
     parser.set_defaults(run=run_bench)
 
 
-SUBCOMMANDS = [add_bench]
+def _command(args) -> str:
+    command = shlex.join(["python", "-m", "rlgpu_helpers", *args.argv])
+    return "RLGPU_QUICK=1 " + command if is_quick() else command
+
+
+def _setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--set takes NAME=VALUE, got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _typed_settings(algorithm: str, pairs) -> dict:
+    """Turn ``--set name=value`` pairs into the config's field types."""
+    from .training import ALGORITHMS
+
+    fields = {f.name: f for f in dataclasses.fields(ALGORITHMS[algorithm][0])}
+    settings = {}
+    for name, text in pairs:
+        if name not in fields:
+            raise UsageError(f"--set {name}: {algorithm} has no setting {name!r}; it has {sorted(fields)}")
+        kind = type(fields[name].default)
+        try:
+            if kind is bool:
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                settings[name] = text.lower() in ("true", "1")
+            else:
+                settings[name] = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+        except ValueError:
+            raise UsageError(f"--set {name}={text!r}: expected a {kind.__name__}") from None
+    return settings
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """Train, print a summary, and write the learning curve where asked."""
+    from .checkpoint import CheckpointError
+    from .training import make_learner, train
+
+    if args.seconds is None and args.steps is None:
+        args.seconds = 300.0
+    if args.resume and args.out is None:
+        raise UsageError("--resume needs --out, the folder of the run to continue")
+    out = args.out
+    if out is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("runs") / f"{args.algo}-{args.obs}-{stamp}"
+    device = args.device if args.device is not None else get_device()
+    learner = None
+    if not args.resume:
+        settings = dict(obs_type=args.obs, seed=args.seed, device=str(device), height=args.size, width=args.size)
+        if args.envs is not None:
+            settings["num_envs"] = args.envs
+        settings.update(_typed_settings(args.algo, args.set))
+        try:
+            learner = make_learner(args.algo, **settings)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    print(describe_device(device))
+    try:
+        result = train(learner, seconds=args.seconds, steps=args.steps, out_dir=out, resume=args.resume,
+                       checkpoint_every_s=args.checkpoint_every, progress=True)
+    except CheckpointError as error:
+        raise UsageError(str(error)) from None
+    score = "no game finished" if result.mean_score is None else f"{result.mean_score:.2f}"
+    print(f"{result.algorithm}: {result.env_steps:,} env steps in {result.seconds:,.1f} s "
+          f"({result.steps_per_second:,.0f} steps/s), {result.episodes:,} games, "
+          f"mean score of the last 100: {score}")
+    print(f"Checkpoint: {result.checkpoint}")
+    if args.agent is not None:
+        from .agents import save_agent
+
+        save_agent(args.agent, result.learner, extra={
+            "command": _command(args), "machine": device_report(device), "seconds": result.seconds,
+            "env_steps": result.env_steps, "mean_score": result.mean_score,
+        })
+        print(f"Agent: {args.agent}")
+    if args.json is not None:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        summary = {
+            "format": "rlgpu-curve/1", "command": _command(args), "machine": device_report(device),
+            "date": datetime.date.today().isoformat(), "algorithm": result.algorithm, "config": result.config,
+            "seconds": result.seconds, "env_steps": result.env_steps, "episodes": result.episodes,
+            "mean_score": result.mean_score, "curve": result.curve,
+        }
+        path.write_text(json.dumps(summary, indent=1))
+        print(f"Wrote {path}")
+    return 0
+
+
+def _positive(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+    return parse
+
+
+def add_train(subparsers) -> None:
+    """The ``train`` subcommand."""
+    parser = subparsers.add_parser(
+        "train", help="train PPO or DQN on VecSnake",
+        description="Train an agent on VecSnake within a time or step budget (default: 300 seconds), "
+                    "checkpointing to --out every --checkpoint-every seconds and at the end.")
+    parser.add_argument("--algo", choices=["ppo", "dqn"], default="ppo", help="learner (default: %(default)s)")
+    parser.add_argument("--obs", choices=["features", "grid"], default="features",
+                        help="observation type (default: %(default)s)")
+    parser.add_argument("--size", type=_positive(int), default=10, help="grid height and width (default: 10)")
+    parser.add_argument("--envs", type=_positive(int), default=None, help="games stepped together")
+    parser.add_argument("--device", type=_device_argument, default=None,
+                        help="cpu, cuda, cuda:N or mps (default: the best available)")
+    parser.add_argument("--seconds", type=_positive(float), default=None, help="training time budget")
+    parser.add_argument("--steps", type=_positive(int), default=None, help="env step budget")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME=VALUE",
+                        help="any other setting of the learner's config, e.g. --set learning_rate=3e-4")
+    parser.add_argument("--out", default=None, help="run folder for checkpoints (default: runs/ALGO-OBS-TIME)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    parser.add_argument("--checkpoint-every", type=_positive(float), default=120.0, metavar="SECONDS",
+                        help="seconds between checkpoints (default: %(default)s)")
+    parser.add_argument("--agent", default=None, metavar="PATH", help="also save the trained agent (network only)")
+    parser.add_argument("--json", default=None, metavar="PATH", help="write the learning curve and summary")
+    parser.set_defaults(run=run_train)
+
+
+def run_play(args: argparse.Namespace) -> int:
+    """Play games with a trained agent and save them as an animation."""
+    from .agents import load_agent, play_episode
+    from .checkpoint import CheckpointError
+    from .snake import save_animation
+
+    try:
+        agent = load_agent(args.agent, device=args.device if args.device is not None else "cpu")
+    except CheckpointError as error:
+        raise UsageError(str(error)) from None
+    c = agent.config
+    states = []
+    for game in range(args.games):
+        played, score, won = play_episode(agent, seed=args.seed + game)
+        print(f"game {game + 1}: score {score}{' (won: board full)' if won else ''}, {len(played) - 1} steps")
+        states += played
+    if args.gif is not None:
+        print(f"Wrote {save_animation(states, args.gif, c['height'], c['width'], fps=args.fps)}")
+    return 0
+
+
+def add_play(subparsers) -> None:
+    """The ``play`` subcommand."""
+    parser = subparsers.add_parser("play", help="watch a trained agent play",
+                                   description="Play games with a trained agent (greedy policy) and save a GIF.")
+    parser.add_argument("agent", help="an agent file (train --agent) or a run folder / checkpoint.pt")
+    parser.add_argument("--games", type=_positive(int), default=1, help="games to play (default: 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first game's food placement")
+    parser.add_argument("--gif", default=None, metavar="PATH", help="save the games as an animated GIF")
+    parser.add_argument("--fps", type=_positive(int), default=10, help="frames per second of the GIF")
+    parser.add_argument("--device", type=_device_argument, default=None, help="device to run the network on")
+    parser.set_defaults(run=run_play)
+
+
+SUBCOMMANDS = [add_bench, add_train, add_play]
 
 
 def build_parser() -> argparse.ArgumentParser:

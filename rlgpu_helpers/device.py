@@ -180,7 +180,7 @@ def device_report(device: str | torch.device | None = None) -> dict:
         "logical_cores": _logical_cores(),
         "torch_threads": torch.get_num_threads(),
         "ram_gib": _ram_gib(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a str subclass otherwise, which safe loaders refuse
         "numpy": np.__version__,
         "python": platform.python_version(),
         "os": platform.platform(),

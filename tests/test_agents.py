@@ -1,0 +1,81 @@
+"""Agent files: save, load (also from checkpoints), greedy play, and clear errors."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from rlgpu_helpers.agents import Agent, load_agent, play_episode, save_agent
+from rlgpu_helpers.checkpoint import CheckpointError, save_checkpoint
+from rlgpu_helpers.snake import SnakeState, rules
+from rlgpu_helpers.training import make_learner, train
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_an_agent_file_holds_the_same_network(tmp_path, algorithm):
+    learner = make_learner(algorithm, height=5, width=5, num_envs=4, hidden=8)
+    path = save_agent(tmp_path / "agent.pt", learner, extra={"note": "test"})
+    agent = load_agent(path)
+    obs = torch.rand(7, 11)
+    want = learner.model(obs)
+    got = agent.model(obs)
+    want, got = (want[0], got[0]) if algorithm == "ppo" else (want, got)
+    torch.testing.assert_close(want, got)
+    assert agent.algorithm == algorithm and agent.config["height"] == 5
+
+
+def test_a_training_checkpoint_loads_as_an_agent(tmp_path):
+    result = train(make_learner("ppo", height=5, width=5, num_envs=8, num_steps=8, hidden=8),
+                   steps=64, out_dir=tmp_path, progress=False)
+    agent = load_agent(tmp_path)
+    for a, b in zip(result.learner.model.parameters(), agent.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_play_episode_follows_the_greedy_policy_until_the_game_ends():
+    agent = untrained_agent()
+    states, score, won = play_episode(agent, seed=3)
+    assert states[0].body == rules.start_body(5, 5)
+    assert score == states[-1].score and not won
+    # Each state is one move of the previous one (the games are valid all the way).
+    for a, b in zip(states, states[1:]):
+        assert b.body[1:] == a.body[: len(b.body) - 1]
+
+
+def test_a_won_game_ends_with_the_full_board(monkeypatch):
+    # Put the agent's game one move from filling a 4x4 board; the serpentine's last cell is food.
+    path = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (1, 0),
+            (2, 0), (2, 1), (2, 2), (2, 3), (3, 3), (3, 2), (3, 1), (3, 0)]
+    almost = SnakeState(tuple(reversed(path[:-1])), rules.LEFT, food=(3, 0), steps_since_food=0)
+    agent = untrained_agent(height=4, width=4)
+    from rlgpu_helpers import agents
+
+    class Preset(agents.VecSnake):
+        def reset(self, **kwargs):
+            out = super().reset(**kwargs)
+            self.set_state(0, almost)
+            return self.observe(), out[1]
+
+    monkeypatch.setattr(agents, "VecSnake", Preset)
+    monkeypatch.setattr(agent, "greedy_actions", lambda obs: torch.zeros(1, dtype=torch.int64))
+    states, score, won = play_episode(agent)
+    assert won and score == 13
+    assert len(states[-1].body) == 16 and states[-1].food is None
+
+
+def untrained_agent(height=5, width=5):
+    learner = make_learner("ppo", height=height, width=width, num_envs=4, hidden=8)
+    return Agent("ppo", dataclasses.asdict(learner.config), learner.model.eval())
+
+
+def test_unknown_files_raise_clear_errors(tmp_path):
+    path = save_checkpoint(tmp_path / "other.pt", {"format": "something else"})
+    with pytest.raises(CheckpointError, match="neither an agent file nor a training checkpoint"):
+        load_agent(path)
+    learner = make_learner("ppo", height=5, width=5, num_envs=4, hidden=8)
+    agent_path = save_agent(tmp_path / "agent.pt", learner)
+    state = torch.load(agent_path, weights_only=True)
+    state["config"]["hidden"] = 32  # weights no longer fit the described network
+    save_checkpoint(agent_path, state)
+    with pytest.raises(CheckpointError, match="do not fit the network"):
+        load_agent(agent_path)

@@ -1,0 +1,54 @@
+"""Checkpoints are written atomically and unreadable ones are reported clearly."""
+
+import pytest
+import torch
+
+from rlgpu_helpers import checkpoint
+from rlgpu_helpers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+
+def test_round_trip(tmp_path):
+    state = {"weights": torch.arange(5.0), "step": 7, "curve": [{"seconds": 1.5}]}
+    path = save_checkpoint(tmp_path / "run" / "checkpoint.pt", state)
+    loaded = load_checkpoint(path)
+    assert torch.equal(loaded["weights"], state["weights"]) and loaded["step"] == 7
+    assert load_checkpoint(tmp_path / "run")["curve"] == [{"seconds": 1.5}]  # a folder works too
+
+
+def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"step": 1})
+
+    def dies_half_way(obj, f):
+        f.write(b"PK\x03\x04 half a zip file")
+        raise KeyboardInterrupt  # like a kill arriving during the write
+
+    monkeypatch.setattr(checkpoint.torch, "save", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"step": 2})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no checkpoint at"),
+        (b"not a checkpoint at all", "not a checkpoint written by this package"),
+        (b"PK\x03\x04 truncated", "not a checkpoint written by this package"),
+    ],
+)
+def test_unreadable_files_raise_checkpoint_errors(tmp_path, content, message):
+    path = tmp_path / "checkpoint.pt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_must_hold_a_dict(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    torch.save([1, 2, 3], path)
+    with pytest.raises(CheckpointError, match="holds a list"):
+        load_checkpoint(path)

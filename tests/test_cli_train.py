@@ -1,0 +1,55 @@
+"""``python -m rlgpu_helpers train`` and ``play``: they work, and bad arguments fail cleanly."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rlgpu_helpers.agents import load_agent
+from rlgpu_helpers.cli import main
+
+
+def test_train_then_play(tmp_path, capsys):
+    out, agent, curve, gif = tmp_path / "run", tmp_path / "agent.pt", tmp_path / "curve.json", tmp_path / "games.gif"
+    code = main(["train", "--size", "5", "--envs", "16", "--steps", "1024", "--set", "num_steps=16",
+                 "--set", "hidden=8", "--device", "cpu", "--out", str(out), "--agent", str(agent),
+                 "--json", str(curve)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "ppo: 1,024 env steps" in printed and f"Checkpoint: {out / 'checkpoint.pt'}" in printed
+    summary = json.loads(curve.read_text())
+    assert summary["env_steps"] == 1024 and summary["config"]["hidden"] == 8
+    assert summary["machine"]["device"] == "cpu" and summary["curve"][-1]["env_steps"] == 1024
+    assert load_agent(agent).config["num_envs"] == 16
+    assert main(["play", str(agent), "--games", "2", "--gif", str(gif)]) == 0
+    printed = capsys.readouterr().out
+    assert "game 1: score" in printed and "game 2: score" in printed and gif.stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--algo", "a2c"], "invalid choice: 'a2c'"),
+        (["train", "--envs", "0"], "expected a positive int, got '0'"),
+        (["train", "--seconds", "-1"], "expected a positive float, got '-1'"),
+        (["train", "--resume"], "--resume needs --out"),
+        (["train", "--set", "nope=1"], "ppo has no setting 'nope'"),
+        (["train", "--set", "learning_rate=fast"], "expected a float"),
+        (["train", "--set", "gamma"], "--set takes NAME=VALUE"),
+        (["train", "--set", "gamma=2", "--steps", "1"], "gamma must be in [0, 1], got 2.0"),
+        (["play", "/nonexistent/agent.pt"], "no checkpoint at /nonexistent/agent.pt"),
+        (["play", "x.pt", "--games", "0"], "expected a positive int"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_resume_of_a_folder_without_checkpoint_is_a_clean_error(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "rlgpu_helpers", "train", "--resume", "--out", str(tmp_path),
+                             "--steps", "10"], capture_output=True, text=True)
+    assert result.returncode == 2 and "no checkpoint at" in result.stderr and "Traceback" not in result.stderr
