@@ -28,6 +28,8 @@ class Agent:
     algorithm: str
     config: dict
     model: torch.nn.Module
+    extra: dict = dataclasses.field(default_factory=dict)
+    """Notes saved with an agent file: how it was trained (command, machine, time, score)."""
 
     @property
     def obs_type(self) -> str:
@@ -57,9 +59,10 @@ def load_agent(path: str | Path, device: str | torch.device = "cpu") -> Agent:
     """An ``Agent`` from an agent file or a training checkpoint."""
     state = load_checkpoint(path)
     if state.get("format") == AGENT_FORMAT:
-        weights = state["model"]
+        weights, extra = state["model"], state.get("extra", {})
     elif state.get("format") == "rlgpu-train/1":
         weights = state["learner"]["model"]
+        extra = {"seconds": state["seconds"], "env_steps": state["learner"]["env_steps"]}
     else:
         raise CheckpointError(f"{path} is neither an agent file nor a training checkpoint of this package")
     algorithm, config = state.get("algorithm"), dict(state.get("config", {}))
@@ -72,7 +75,7 @@ def load_agent(path: str | Path, device: str | torch.device = "cpu") -> Agent:
     except RuntimeError as exc:
         raise CheckpointError(f"{path}: the saved weights do not fit the network its settings describe: {exc}") from exc
     config["device"] = str(torch.device(device))
-    return Agent(algorithm, config, model.to(device).eval())
+    return Agent(algorithm, config, model.to(device).eval(), dict(extra))
 
 
 def play_episode(agent: Agent, seed: int = 0, max_steps: int = 10_000):

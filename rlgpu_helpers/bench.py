@@ -39,7 +39,7 @@ def _check_count(value, name: str, minimum: int) -> None:
         raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
 
 
-def _format_number(value: float) -> str:
+def format_number(value: float) -> str:
     """Three significant digits, with thousands separators for large values: 1,235 / 12.3 / 0.0123."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
@@ -50,8 +50,8 @@ def _format_number(value: float) -> str:
 def _format_seconds(seconds: float) -> str:
     for scale, unit in ((1, "s"), (1e3, "ms"), (1e6, "µs")):
         if seconds * scale >= 1:
-            return f"{_format_number(seconds * scale)} {unit}"
-    return f"{_format_number(seconds * 1e9)} ns"
+            return f"{format_number(seconds * scale)} {unit}"
+    return f"{format_number(seconds * 1e9)} ns"
 
 
 def _finite(number, name: str) -> float:
@@ -305,38 +305,14 @@ def _sort_value(value) -> tuple:
     return (1, 0, str(value)) if value is not None else (2, 0, "")
 
 
-class RecordsTable:
-    """A table of records: ``str()`` gives aligned text, Jupyter shows HTML.
+class Table:
+    """Rows of text under column headers: ``str()`` gives aligned text, Jupyter shows HTML.
 
-    Columns: machine, benchmark, variant, one per parameter, then each metric with its unit,
-    and its spread where records have one.
+    ``numeric[i]`` right-aligns column i.
     """
 
-    def __init__(self, records: Sequence[Record], this_machine: str | None = None):
-        records = _check_records(records)
-        param_keys = sorted({key for record in records for key in record.params})
-        measures = list(dict.fromkeys((record.metric, record.unit) for record in records))
-        with_spread = {(r.metric, r.unit) for r in records if r.spread is not None}
-        self.columns = ["machine", "benchmark", "variant", *param_keys]
-        for metric, unit in measures:
-            self.columns.append(f"{metric} ({unit})")
-            if (metric, unit) in with_spread:
-                self.columns.append(f"spread ({unit})")
-        records.sort(key=lambda r: (r.name, r.variant, r.metric,
-                                    [_sort_value(r.params.get(key)) for key in param_keys],
-                                    r.machine != this_machine, r.machine))
-        self.rows = []
-        for record in records:
-            machine = f"{record.machine} (this machine)" if record.machine == this_machine else record.machine
-            row = [machine, record.name, record.variant,
-                   *("" if key not in record.params else str(record.params[key]) for key in param_keys)]
-            for measure in measures:
-                mine = measure == (record.metric, record.unit)
-                row.append(_format_number(record.value) if mine else "")
-                if measure in with_spread:
-                    row.append(_format_number(record.spread) if mine and record.spread is not None else "")
-            self.rows.append(row)
-        self._numeric = [index >= 3 + len(param_keys) for index in range(len(self.columns))]
+    def __init__(self, columns: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]):
+        self.columns, self.rows, self._numeric = list(columns), [list(row) for row in rows], list(numeric)
 
     def __str__(self) -> str:
         widths = [max(len(text) for text in column) for column in zip(self.columns, *self.rows)]
@@ -355,6 +331,38 @@ class RecordsTable:
 
     def __repr__(self) -> str:
         return str(self)
+
+
+class RecordsTable(Table):
+    """A table of records. Columns: machine, benchmark, variant, one per parameter, then each
+    metric with its unit, and its spread where records have one.
+    """
+
+    def __init__(self, records: Sequence[Record], this_machine: str | None = None):
+        records = _check_records(records)
+        param_keys = sorted({key for record in records for key in record.params})
+        measures = list(dict.fromkeys((record.metric, record.unit) for record in records))
+        with_spread = {(r.metric, r.unit) for r in records if r.spread is not None}
+        columns = ["machine", "benchmark", "variant", *param_keys]
+        for metric, unit in measures:
+            columns.append(f"{metric} ({unit})")
+            if (metric, unit) in with_spread:
+                columns.append(f"spread ({unit})")
+        records.sort(key=lambda r: (r.name, r.variant, r.metric,
+                                    [_sort_value(r.params.get(key)) for key in param_keys],
+                                    r.machine != this_machine, r.machine))
+        rows = []
+        for record in records:
+            machine = f"{record.machine} (this machine)" if record.machine == this_machine else record.machine
+            row = [machine, record.name, record.variant,
+                   *("" if key not in record.params else str(record.params[key]) for key in param_keys)]
+            for measure in measures:
+                mine = measure == (record.metric, record.unit)
+                row.append(format_number(record.value) if mine else "")
+                if measure in with_spread:
+                    row.append(format_number(record.spread) if mine and record.spread is not None else "")
+            rows.append(row)
+        super().__init__(columns, rows, [index >= 3 + len(param_keys) for index in range(len(columns))])
 
 
 def records_table(records: Sequence[Record], *, this_machine: str | None = None) -> RecordsTable:

@@ -27,9 +27,11 @@ from pathlib import Path
 
 from .bench import records_table, save_json, save_reference
 from .ceilings import measure_ceilings
+from .compare import measure_training
 from .config import is_quick
 from .device import describe_device, device_report, get_device, machine_label
 from .env_bench import measure_env_throughput
+from .naive_dqn import measure_tunings
 
 
 class UsageError(Exception):
@@ -39,7 +41,9 @@ class UsageError(Exception):
 # name -> function(device: torch.device, progress: bool) -> list[Record]; one line per suite
 BENCH_SUITES = {
     "ceilings": measure_ceilings,
+    "training": measure_training,
     "envs": measure_env_throughput,
+    "loop": measure_tunings,
 }
 
 
@@ -131,7 +135,10 @@ def run_train(args: argparse.Namespace) -> int:
     device = args.device if args.device is not None else get_device()
     learner = None
     if not args.resume:
-        settings = dict(obs_type=args.obs, seed=args.seed, device=str(device), height=args.size, width=args.size)
+        from .ppo import suggested_settings
+
+        settings = suggested_settings(device) if args.algo == "ppo" else {}
+        settings.update(obs_type=args.obs, seed=args.seed, device=str(device), height=args.size, width=args.size)
         if args.envs is not None:
             settings["num_envs"] = args.envs
         settings.update(_typed_settings(args.algo, args.set))

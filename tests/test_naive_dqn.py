@@ -1,0 +1,260 @@
+"""The naive single-env DQN: each tuning switch changes its code path, the time split adds up,
+bad settings are refused, and it learns."""
+
+import numpy as np
+import pytest
+import torch
+
+from rlgpu_helpers.bench import Record
+from rlgpu_helpers.naive_dqn import (
+    PARTS,
+    ArrayReplay,
+    ListReplay,
+    LoopSettings,
+    NaiveDQN,
+    evaluate,
+    evaluate_random,
+    measure_loop,
+    measure_rows,
+    run_naive_dqn,
+    tuning_rows,
+)
+
+SMALL = dict(height=6, width=6, hidden=32, learning_starts=50, buffer_size=1_000, num_threads=1)
+
+
+def fill(memory, transitions):
+    for transition in transitions:
+        memory.add(*transition)
+
+
+def random_transitions(count, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.random(11, dtype=np.float32), int(rng.integers(3)), float(rng.choice([-1.0, 0.0, 1.0])),
+             rng.random(11, dtype=np.float32), bool(rng.random() < 0.2)) for _ in range(count)]
+
+
+def test_array_batches_equal_list_batches_for_the_same_indices():
+    transitions = random_transitions(100)
+    as_list, as_arrays = ListReplay(200), ArrayReplay(200, (11,))
+    fill(as_list, transitions)
+    fill(as_arrays, transitions)
+    assert len(as_list) == len(as_arrays) == 100
+    indices = np.random.default_rng(1).integers(0, 100, size=64)
+    for from_list, from_arrays in zip(as_list.batch(indices), as_arrays.batch(indices)):
+        assert from_list.dtype == from_arrays.dtype
+        assert torch.equal(from_list, from_arrays)
+
+
+def test_both_memories_keep_the_newest_transitions_when_full():
+    transitions = random_transitions(25)
+    as_list, as_arrays = ListReplay(10), ArrayReplay(10, (11,))
+    fill(as_list, transitions)
+    fill(as_arrays, transitions)
+    assert len(as_list) == len(as_arrays) == 10
+    every = np.arange(10)
+    # Same transitions, stored in a different order once the ring wraps: compare sorted rows.
+    rows = [torch.cat([field.reshape(10, -1).float() for field in memory.batch(every)], dim=1)
+            for memory in (as_list, as_arrays)]
+    newest = torch.tensor(np.array([t[0] for t in transitions[-10:]]))
+    assert torch.equal(torch.sort(rows[0][:, 0]).values, torch.sort(rows[1][:, 0]).values)
+    assert torch.equal(torch.sort(rows[0][:, 0]).values, torch.sort(newest[:, 0]).values)
+
+
+def test_the_memory_follows_the_array_batches_switch():
+    assert isinstance(NaiveDQN(LoopSettings(**SMALL)).memory, ListReplay)
+    assert isinstance(NaiveDQN(LoopSettings(**SMALL, array_batches=True)).memory, ArrayReplay)
+
+
+@pytest.mark.parametrize("set_to_none", [False, True])
+def test_set_to_none_decides_whether_gradients_are_dropped_or_zeroed(set_to_none):
+    agent = NaiveDQN(LoopSettings(**SMALL, set_to_none=set_to_none))
+    agent.run(steps=80, progress=False)  # 30 updates: every parameter has a gradient
+    agent.optimizer.zero_grad(set_to_none=agent.settings.set_to_none)
+    grads = [p.grad for p in agent.q_network.parameters()]
+    if set_to_none:
+        assert all(g is None for g in grads)
+    else:
+        assert all(g is not None and not g.any() for g in grads)
+
+
+@pytest.mark.parametrize("inference_mode", [False, True])
+def test_inference_mode_decides_whether_acting_records_a_graph(inference_mode, monkeypatch):
+    agent = NaiveDQN(LoopSettings(**SMALL, inference_mode=inference_mode))
+    seen = []
+    forward = agent.q_network.forward
+
+    def spy(obs):
+        out = forward(obs)
+        seen.append((out.requires_grad, torch.is_inference_mode_enabled()))
+        return out
+
+    monkeypatch.setattr(agent.q_network, "forward", spy)
+    agent.act(np.zeros(11, dtype=np.float32), epsilon=0.0)
+    assert seen == [(not inference_mode, inference_mode)]
+
+
+@pytest.mark.parametrize("learn_every", [1, 3, 4])
+def test_learn_every_k_makes_one_update_every_k_steps(learn_every):
+    settings = LoopSettings(**SMALL, learn_every=learn_every)
+    agent = NaiveDQN(settings)
+    first = agent.run(steps=100, progress=False)  # steps 1..100; learning from step 50
+    second = agent.run(steps=120, progress=False)  # steps 101..220
+    assert first.updates == sum(1 for t in range(50, 101) if t % learn_every == 0)
+    assert second.updates == sum(1 for t in range(101, 221) if t % learn_every == 0)
+    assert agent.total_updates == first.updates + second.updates
+
+
+def test_the_thread_count_is_set_for_the_run_and_restored(monkeypatch):
+    before = torch.get_num_threads()
+    seen = []
+    agent = NaiveDQN(LoopSettings(**{**SMALL, "num_threads": 1}))
+    learn = agent.learn
+    monkeypatch.setattr(agent, "learn", lambda batch: (seen.append(torch.get_num_threads()), learn(batch))[1])
+    agent.run(steps=60, progress=False)
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before
+
+
+def test_the_thread_count_is_restored_when_the_run_fails(monkeypatch):
+    before = torch.get_num_threads()
+    agent = NaiveDQN(LoopSettings(**{**SMALL, "num_threads": 1}))
+    monkeypatch.setattr(agent.env, "step", lambda action: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        agent.run(steps=10, progress=False)
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("array_batches", [False, True])
+def test_the_time_split_adds_up(array_batches):
+    result = run_naive_dqn(LoopSettings(**SMALL, array_batches=array_batches), steps=150, progress=False)
+    assert result.steps == 150
+    assert set(result.times) == set(PARTS)
+    assert all(seconds >= 0 for seconds in result.times.values())
+    assert result.times["env"] > 0 and result.times["act"] > 0 and result.times["learn"] > 0
+    assert sum(result.times.values()) == pytest.approx(result.seconds, rel=1e-6)
+    assert result.steps_per_second == pytest.approx(150 / result.seconds)
+    per_step = result.microseconds_per_step()
+    assert sum(per_step.values()) == pytest.approx(1e6 * result.seconds / 150, rel=1e-6)
+
+
+def test_a_seconds_budget_stops_the_run():
+    result = run_naive_dqn(LoopSettings(**SMALL), seconds=0.3, progress=False)
+    assert result.steps > 0
+    assert 0.3 <= result.seconds < 3.0
+
+
+def test_measure_loop_times_segments_after_the_warm_up():
+    settings = LoopSettings(**SMALL)
+    measured = measure_loop(settings, steps=40, repeats=3, progress=False)
+    assert len(measured.runs) == 3
+    assert all(run.steps == 40 and run.updates == 40 for run in measured.runs)  # all after learning starts
+    rates = sorted(run.steps_per_second for run in measured.runs)
+    assert measured.steps_per_second == pytest.approx(rates[1])
+    assert set(measured.microseconds_per_step()) == set(PARTS)
+    record = measured.record("baseline", "cpu-test-1c")
+    assert isinstance(record, Record) and record.unit == "steps/s" and record.spread is not None
+    assert record.params["steps"] == 40 and record.params["repeats"] == 3
+
+
+def test_measure_rows_times_every_row_in_turn():
+    rows = {"baseline": LoopSettings(**SMALL), "learn every 2": LoopSettings(**SMALL, learn_every=2)}
+    measured = measure_rows(rows, steps=30, repeats=2, progress=False)
+    assert list(measured) == list(rows)
+    for name, measurement in measured.items():
+        assert measurement.settings == rows[name]
+        assert [run.steps for run in measurement.runs] == [30, 30]
+    assert [run.updates for run in measured["learn every 2"].runs] == [15, 15]
+    with pytest.raises(ValueError, match="rows="):
+        measure_rows({}, progress=False)
+
+
+def test_tuning_rows_change_one_thing_each_then_all_switches():
+    rows = tuning_rows()
+    base = rows["baseline"]
+    assert base == LoopSettings()
+    changed = {name: {f for f in base.__dataclass_fields__ if getattr(s, f) != getattr(base, f)}
+               for name, s in rows.items()}
+    assert changed["inference_mode for acting"] == {"inference_mode"}
+    assert changed["zero_grad(set_to_none=True)"] == {"set_to_none"}
+    assert changed["learn every 4 steps"] == {"learn_every"}
+    assert changed["batches from arrays"] == {"array_batches"}
+    assert changed["1 thread"] == {"num_threads"}
+    assert changed["batch size 64"] == {"batch_size"}
+    assert changed["all together"] == {"inference_mode", "set_to_none", "learn_every", "array_batches",
+                                       "num_threads"}
+    assert tuning_rows(together_threads=None)["all together"].num_threads is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(learn_every=0), r"learn_every=0 must be an int >= 1"),
+        (dict(batch_size=1.5), r"batch_size=1.5 must be an int >= 1"),
+        (dict(num_threads=0), r"num_threads=0 must be an int >= 1"),
+        (dict(inference_mode=1), r"inference_mode=1 must be True or False"),
+        (dict(gamma=1.5), r"gamma=1.5 must be a number in \[0, 1\]"),
+        (dict(learning_rate=-1e-3), r"learning_rate=-0.001 must be a positive number"),
+        (dict(batch_size=64, buffer_size=32), r"batch_size=64 must not exceed buffer_size=32"),
+        (dict(obs_type="pixels"), r"pixels"),
+        (dict(height=3), r"3"),
+        (dict(seed=-1), r"seed=-1"),
+        (dict(learning_starts=-5), r"learning_starts=-5 must be an int >= 0"),
+    ],
+)
+def test_bad_settings_raise_naming_parameter_and_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LoopSettings(**kwargs)
+
+
+def test_bad_run_budgets_raise():
+    agent = NaiveDQN(LoopSettings(**SMALL))
+    with pytest.raises(ValueError, match="exactly one of steps=None and seconds=None"):
+        agent.run(progress=False)
+    with pytest.raises(ValueError, match="exactly one of steps=10 and seconds=1"):
+        agent.run(steps=10, seconds=1, progress=False)
+    with pytest.raises(ValueError, match="steps=0 must be an int >= 1"):
+        agent.run(steps=0, progress=False)
+    with pytest.raises(ValueError, match="seconds=-1 must be a positive number"):
+        agent.run(seconds=-1, progress=False)
+    with pytest.raises(ValueError, match="episodes=0 must be an int >= 1"):
+        evaluate_random(0)
+    with pytest.raises(TypeError, match="q_network="):
+        evaluate("not a network")
+
+
+def test_evaluation_is_seeded():
+    assert np.array_equal(evaluate_random(50, seed=3), evaluate_random(50, seed=3))
+    network = NaiveDQN(LoopSettings(**SMALL)).q_network
+    first = evaluate(network, 5, seed=3, height=6, width=6)
+    assert np.array_equal(first, evaluate(network, 5, seed=3, height=6, width=6))
+
+
+def test_the_naive_dqn_beats_random_play_on_a_small_grid():
+    random_score = evaluate_random(1000, seed=0, height=6, width=6).mean()
+    # Seeds 0 to 5 all scored 12 to 14.5 here (random play: 0.2), so the margin is wide.
+    settings = LoopSettings(height=6, width=6, num_threads=1, inference_mode=True, array_batches=True,
+                            learning_starts=300, exploration_steps=2_000, seed=0)
+    result = run_naive_dqn(settings, steps=3_000, progress=False)
+    score = evaluate(result.q_network, 50, seed=1, height=6, width=6).mean()
+    assert score > random_score + 3.0, (score, random_score)
+
+
+def test_measure_tunings_gives_one_cpu_record_per_row(monkeypatch):
+    import rlgpu_helpers.naive_dqn as naive_dqn
+
+    small = {"baseline": LoopSettings(**SMALL), "all together": LoopSettings(**SMALL, learn_every=4)}
+    real = naive_dqn.measure_rows
+    monkeypatch.setattr(naive_dqn, "measure_rows",
+                        lambda progress: real(small, steps=20, repeats=1, progress=progress))
+    records = naive_dqn.measure_tunings("cpu", progress=False)
+    assert [r.variant for r in records] == ["baseline", "all together"]
+    assert all(r.name == "naive-dqn" and r.unit == "steps/s" and r.machine.startswith("cpu-") for r in records)
+
+
+def test_measure_tunings_refuses_a_gpu(monkeypatch):
+    import rlgpu_helpers.naive_dqn as naive_dqn
+
+    monkeypatch.setattr(naive_dqn, "get_device", lambda device: torch.device("cuda"))
+    with pytest.raises(ValueError, match="device='cuda': the naive DQN runs on the CPU only"):
+        naive_dqn.measure_tunings("cuda", progress=False)
