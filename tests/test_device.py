@@ -1,4 +1,5 @@
 import json
+import platform
 import sys
 import types
 
@@ -151,3 +152,12 @@ def test_nvidia_driver_is_none_when_nvml_fails(monkeypatch):
 
 def test_command_output_of_a_missing_command_is_none():
     assert device_module._command_output(["surely-not-a-command-rlgpu"]) is None
+
+
+def test_retain_freed_memory_is_idempotent_and_reports_what_it_did():
+    from rlgpu_helpers.device import retain_freed_memory
+
+    first, again = retain_freed_memory(), retain_freed_memory()
+    assert first == again
+    if sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc":
+        assert first is True

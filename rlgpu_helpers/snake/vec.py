@@ -44,6 +44,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from ..device import retain_freed_memory
 from . import rules
 from .rules import SnakeState
 
@@ -128,6 +129,8 @@ class VecSnake(VectorEnv):
         )
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
+        if self.device.type == "cpu":
+            retain_freed_memory()  # see its docstring: avoids a page fault storm every step
         self.check_action_values = bool(check_action_values)
         self.render_mode = None
 
@@ -159,26 +162,34 @@ class VecSnake(VectorEnv):
         H, W = self.height, self.width
         P = W + 1  # row pitch: W cells and one wall
         self._pitch, self._rows, self._cells = P, H + 2, H * W
-        dev = self.device
+        # Small integers (cells, rows, headings, counts, flat indices) are int32: half the bytes
+        # of int64, so more of each operation's data stays in cache. Only times (stamps and the
+        # clock) need int64. Flat indices grow with N; past 2**31 they switch to int64.
+        self._small = torch.int32 if self.num_envs * (H + 2) * P * 3 < 2**31 else torch.int64
+        small = dict(dtype=self._small, device=self.device)
         padded = torch.arange((H + 2) * P)
-        self._row_of = (padded // P - 1).to(dev)  # [padded cell] -> row (-1 / H on the border)
-        self._col_of = (padded % P).to(dev)
+        self._row_of = (padded // P - 1).to(**small)  # [padded cell] -> row (-1 / H on the border)
+        self._col_of = (padded % P).to(**small)
         # Offsets of one step up, right, down, left in the bordered layout.
         offsets = torch.tensor([dr * P + dc for dr, dc in rules.DIRECTION_DELTAS])
-        self._offset = offsets.to(dev)
+        self._offset = offsets.to(**small)
         turned = torch.tensor([[rules.turn(d, a) for a in range(rules.NUM_ACTIONS)] for d in range(4)])
-        self._turned = turned.reshape(-1).to(dev)  # [direction * 3 + action] -> direction
-        self._ahead = offsets[turned].to(dev)  # [direction] -> offsets straight / right / left
-        self._features = _feature_table().to(dev)
-        self._danger_weights = torch.tensor([1, 2, 4], dtype=torch.uint8, device=dev)
+        self._turned = turned.reshape(-1).to(**small)  # [direction * 3 + action] -> direction
+        self._ahead = offsets[turned].to(**small)  # [direction] -> offsets straight / right / left
+        self._features = _feature_table().to(self.device)
+        self._danger_weights = torch.tensor([1, 2, 4], dtype=torch.uint8, device=self.device)
         start = [self._padded(r, c) for r, c in rules.start_body(H, W)]
-        self._start_cells = torch.tensor(start, device=dev)  # head first
-        self._start_age = torch.arange(rules.START_LENGTH, device=dev)  # head 0 ... tail 2
+        self._start_cells = torch.tensor(start, **small)  # head first
+        self._start_age = torch.arange(rules.START_LENGTH, device=self.device)  # head 0 ... tail 2
         self._start_head = start[0]
-        start_free = torch.full((H,), W, dtype=torch.int64)
+        start_free = torch.full((H,), W)
         for r, _ in rules.start_body(H, W):
             start_free[r] -= 1
-        self._start_row_free = start_free.to(dev)
+        self._start_row_free = start_free.to(**small)
+        # The ring's length is a power of two >= H * W, so a time's slot is ``time & mask``
+        # (a modulo costs several times more).
+        self._ring_size = 1 << (H * W - 1).bit_length()
+        self._ring_mask = self._ring_size - 1
 
     def _padded(self, row: int, col: int) -> int:
         return (row + 1) * self._pitch + col
@@ -187,25 +198,26 @@ class VecSnake(VectorEnv):
         """Every piece of state is a tensor updated in place (what CUDA graphs need)."""
         N, H, dev = self.num_envs, self.height, self.device
         i64 = dict(dtype=torch.int64, device=dev)
+        small = dict(dtype=self._small, device=dev)
         self._stamp = torch.full((N, self._rows, self._pitch), _WALL_STAMP, **i64)
         self._stamp[:, 1 : H + 1, : self.width] = 0
-        self._ring = torch.zeros(N, self._cells, **i64)
-        self._row_free = torch.zeros(N, H, **i64)
+        self._ring = torch.zeros(N, self._ring_size, **small)
+        self._row_free = torch.zeros(N, H, **small)
         # Offsets of each game's block in the flat views used by index_select / index_put_.
-        game = torch.arange(N, **i64)
+        game = torch.arange(N, **small)
         self._stamp_at = game * (self._rows * self._pitch)
-        self._ring_at = game * self._cells
+        self._ring_at = game * self._ring_size
         self._row_free_at = game * H
         self._first_row = game * self._rows  # index of each game's top wall row
         self._clock = torch.zeros(N, **i64)
-        self._length = torch.zeros(N, **i64)
-        self._head = torch.zeros(N, **i64)
-        self._direction = torch.zeros(N, **i64)
-        self._food = torch.zeros(N, **i64)
-        self._steps_since_food = torch.zeros(N, **i64)
-        self._episode_steps = torch.zeros(N, **i64)
+        self._length = torch.zeros(N, **small)
+        self._head = torch.zeros(N, **small)
+        self._direction = torch.zeros(N, **small)
+        self._food = torch.zeros(N, **small)
+        self._steps_since_food = torch.zeros(N, **small)
+        self._episode_steps = torch.zeros(N, **small)
         self._counter = torch.zeros((), **i64)
-        self._env_keys = torch.zeros(N, **i64)
+        self._env_keys = torch.zeros(N, **i64)  # the hash works in int64
 
     # ------------------------------------------------------------------ randomness
 
@@ -262,20 +274,19 @@ class VecSnake(VectorEnv):
         # the snake eats (then the tail stays). Walls are always body.
         dead = stamp_there > self._clock + 1 - (self._length + ate)
         alive = ~dead
-        tail_slot = (self._clock - self._length + 1) % self._cells
+        tail_slot = (self._clock - self._length + 1) & self._ring_mask
         tail = ring.index_select(0, self._ring_at + tail_slot)
 
-        # Move the living. A dead game keeps its state: it rewrites its own head's stamp and
-        # ring slot with the values they already hold.
+        # Move the living; a dead game keeps its state. The new head's stamp and ring slot are
+        # written by _restart, together with the start cells of restarting games.
         self._clock.add_(alive)
         self._length.add_(ate)  # eating implies alive: food is never on the body
         torch.where(alive, new_head, self._head, out=self._head)
         torch.where(alive, direction, self._direction, out=self._direction)
-        stamps.index_put_((self._stamp_at + self._head,), self._clock)
-        ring.index_put_((self._ring_at + self._clock % self._cells,), self._head)
         # Empty cells per row: the head's row loses one, the row the tail left gains one.
-        row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, self._head), -alive.long())
-        row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, tail), (alive & ~ate).long())
+        entered, left = -alive.to(self._small), (alive & ~ate).to(self._small)
+        row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, self._head), entered)
+        row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, tail), left)
         self._steps_since_food.add_(alive).masked_fill_(ate, 0)
         self._episode_steps.add_(1)
 
@@ -313,7 +324,12 @@ class VecSnake(VectorEnv):
     # ------------------------------------------------------------------ internals
 
     def _restart(self, done: torch.Tensor):
-        """Put the games flagged in ``done`` back at the start (food is placed separately)."""
+        """Put the games flagged in ``done`` back at the start (food is placed separately).
+
+        Also commits every game's head to the grid: restarting games write their 3 start cells,
+        the others write their head (moved this step, or unchanged if dead) three times. A
+        restarting game skips its last move's write: the clock jump hides that cell anyway.
+        """
         # Jump the clock by 3: every old stamp (<= old clock) falls out of the window
         # (new clock - 3, new clock] of the new 3-cell snake, so nothing needs clearing.
         self._clock.add_(done, alpha=rules.START_LENGTH)
@@ -323,21 +339,21 @@ class VecSnake(VectorEnv):
         self._steps_since_food.masked_fill_(done, 0)
         self._episode_steps.masked_fill_(done, 0)
         torch.where(done[:, None], self._start_row_free, self._row_free, out=self._row_free)
-        # Restarting games write their 3 start cells; the others rewrite their head 3 times.
         at = done[:, None]
-        cells = torch.where(at, self._start_cells, self._head[:, None])
+        cells = torch.where(at, self._start_cells, self._head[:, None])  # (N, 3)
         times = self._clock[:, None] - torch.where(at, self._start_age, 0)
-        self._stamp.view(-1).index_put_(((self._stamp_at[:, None] + cells).view(-1),), times.view(-1))
-        slots = (self._ring_at[:, None] + times % self._cells).view(-1)
-        self._ring.view(-1).index_put_((slots,), cells.view(-1))
+        self._stamp.view(-1).index_put_(((cells + self._stamp_at[:, None]).view(-1),), times.view(-1))
+        slots = (times & self._ring_mask).add_(self._ring_at[:, None])
+        self._ring.view(-1).index_put_((slots.view(-1),), cells.view(-1))
 
     def _place_food(self, need: torch.Tensor):
         """Put food on a uniformly random empty cell of every game flagged in ``need``."""
         # The r-th empty cell, counting row by row, with r uniform in 0..free-1. First its row:
         # the number of rows whose running count of empty cells is <= r.
-        r = self._random_below(self._cells - self._length)
-        before = self._row_free.cumsum(1)  # empty cells in rows 0..i
-        row = (before <= r[:, None]).sum(1).clamp_(max=self.height - 1)  # clamp: unused games
+        r = self._random_below(self._cells - self._length).to(self._small)
+        before = self._row_free.cumsum(1, dtype=self._small)  # empty cells in rows 0..i
+        row = (before <= r[:, None]).view(torch.uint8).sum(1, dtype=torch.uint8)  # H <= 64 fits
+        row = row.to(self._small).clamp_(max=self.height - 1)  # clamp: games that need no food
         at = self._row_free_at + row
         k = r - before.view(-1).index_select(0, at) + self._row_free.view(-1).index_select(0, at)
         # Then the k-th empty cell of that row. Games that need no food read one shared wall
@@ -346,8 +362,9 @@ class VecSnake(VectorEnv):
         cells = self._stamp.view(-1, self._pitch).index_select(0, which)  # (N, W + 1)
         empty = cells <= (self._clock - self._length)[:, None]  # the wall column is never empty
         running = empty.view(torch.uint8).cumsum(1, dtype=torch.uint8)  # W <= 64 fits
-        col = (running <= k.to(torch.uint8)[:, None]).sum(1).clamp_(max=self.width - 1)
-        torch.where(need, (row + 1) * self._pitch + col, self._food, out=self._food)
+        col = (running <= k.to(torch.uint8)[:, None]).view(torch.uint8).sum(1, dtype=torch.uint8)
+        col = col.to(self._small).clamp_(max=self.width - 1)
+        torch.where(need, ((row + 1) * self._pitch + col).to(self._small), self._food, out=self._food)
 
     def _observe(self) -> torch.Tensor:
         """The observation of every game."""
@@ -360,10 +377,11 @@ class VecSnake(VectorEnv):
 
         The tail's stamp is clock - length + 1, so "body but not tail" is stamp > that.
         """
-        ahead = self._head[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3)
-        stamps = self._stamp.view(-1).index_select(0, (self._stamp_at[:, None] + ahead).view(-1))
+        head_at = self._stamp_at + self._head  # flat index of each head
+        ahead = head_at[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3)
+        stamps = self._stamp.view(-1).index_select(0, ahead.view(-1))
         danger = stamps.view(-1, 3) > (self._clock - self._length + 1)[:, None]
-        return (danger.view(torch.uint8) * self._danger_weights).sum(1)
+        return (danger.view(torch.uint8) * self._danger_weights).sum(1, dtype=self._small)
 
     def _observe_features(self, danger_code: torch.Tensor, no_food: torch.Tensor | None = None):
         """One row lookup per game in the table of every possible features observation."""
@@ -394,8 +412,10 @@ class VecSnake(VectorEnv):
         at = torch.arange(N, device=self.device) * (3 * cells)
         head = self._row_of.index_select(0, self._head) * W + self._col_of.index_select(0, self._head)
         food = self._row_of.index_select(0, self._food) * W + self._col_of.index_select(0, self._food)
-        flat.index_put_((at + head,), torch.ones((), device=self.device))
-        food_value = torch.ones((), device=self.device) if no_food is None else (~no_food).to(torch.float32)
+        one = torch.ones((), device=self.device)
+        flat.index_put_((at + head,), one)
+        flat.index_put_((at + cells + head,), one)  # the head's own stamp may not be written yet
+        food_value = one if no_food is None else (~no_food).to(torch.float32)
         flat.index_put_((at + 2 * cells + food,), food_value.expand(N))
         return obs
 
@@ -424,7 +444,7 @@ class VecSnake(VectorEnv):
         index = self._check_index(index)
         clock, length = int(self._clock[index]), int(self._length[index])
         ring = self._ring[index].tolist()
-        body = tuple(self._unpadded(ring[(clock - k) % self._cells]) for k in range(length))
+        body = tuple(self._unpadded(ring[(clock - k) & self._ring_mask]) for k in range(length))
         return SnakeState(
             body=body,
             direction=int(self._direction[index]),
@@ -450,8 +470,8 @@ class VecSnake(VectorEnv):
         cells = torch.tensor([self._padded(r, c) for r, c in state.body], device=self.device)
         times = torch.arange(clock, clock - length, -1, device=self.device)
         self._stamp[index].view(-1)[cells] = times
-        self._ring[index, times % self._cells] = cells
-        row_free = torch.full((self.height,), self.width, dtype=torch.int64)
+        self._ring[index, times & self._ring_mask] = cells.to(self._small)
+        row_free = torch.full((self.height,), self.width, dtype=self._small)
         for r, _ in state.body:
             row_free[r] -= 1
         self._row_free[index] = row_free.to(self.device)
