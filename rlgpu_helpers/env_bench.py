@@ -169,14 +169,7 @@ def _gym_vector(kind: str, num_envs: int, obs_type: str = "features", step_cost_
         raise _NoSubprocesses()
     env.reset(seed=_SEED)
     actions = list(np.random.default_rng(_SEED).integers(0, NUM_ACTIONS, size=(_ACTION_SETS, num_envs)))
-    state = {"i": 0}
-
-    def step():
-        i = state["i"]
-        state["i"] = i + 1
-        env.step(actions[i % _ACTION_SETS])
-
-    return step, num_envs, env.close
+    return _cycling_steps(env, actions), num_envs, env.close
 
 
 def _vec_snake(num_envs: int, obs_type: str, device: torch.device):
@@ -184,14 +177,19 @@ def _vec_snake(num_envs: int, obs_type: str, device: torch.device):
     generator = torch.Generator().manual_seed(_SEED)
     actions = [torch.randint(0, NUM_ACTIONS, (num_envs,), generator=generator).to(device)
                for _ in range(_ACTION_SETS)]
+    return _cycling_steps(env, actions), num_envs, env.close
+
+
+def _cycling_steps(env, actions: list):
+    """A callable that steps ``env`` once with the next of the pre-drawn ``actions``."""
     state = {"i": 0}
 
     def step():
         i = state["i"]
         state["i"] = i + 1
-        env.step(actions[i % _ACTION_SETS])
+        env.step(actions[i % len(actions)])
 
-    return step, num_envs, env.close
+    return step
 
 
 class _NoSubprocesses(Exception):
