@@ -29,6 +29,7 @@ def save_checkpoint(path: str | Path, state: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give the usual mode
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
             f.flush()
@@ -38,6 +39,13 @@ def save_checkpoint(path: str | Path, state: dict) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    """The process's file-creation mask (reading it means setting it, so set it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:

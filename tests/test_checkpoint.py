@@ -1,5 +1,8 @@
 """Checkpoints are written atomically and unreadable ones are reported clearly."""
 
+import os
+import stat
+
 import pytest
 import torch
 
@@ -13,6 +16,15 @@ def test_round_trip(tmp_path):
     loaded = load_checkpoint(path)
     assert torch.equal(loaded["weights"], state["weights"]) and loaded["step"] == 7
     assert load_checkpoint(tmp_path / "run")["curve"] == [{"seconds": 1.5}]  # a folder works too
+
+
+def test_a_saved_file_has_the_mode_any_new_file_gets(tmp_path):
+    old = os.umask(0o027)
+    try:
+        path = save_checkpoint(tmp_path / "checkpoint.pt", {"step": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
 def test_a_failed_write_keeps_the_previous_checkpoint_and_leaves_no_temporary_file(tmp_path, monkeypatch):
