@@ -14,8 +14,10 @@ from pathlib import Path
 import torch
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .device import get_device
 from .nets import ActorCritic, QNetwork
 from .snake import VecSnake, rules
+from .training import FORMAT as TRAIN_FORMAT
 
 AGENT_FORMAT = "rlgpu-agent/1"
 NETWORKS = {"ppo": ActorCritic, "dqn": QNetwork}
@@ -60,7 +62,7 @@ def load_agent(path: str | Path, device: str | torch.device = "cpu") -> Agent:
     state = load_checkpoint(path)
     if state.get("format") == AGENT_FORMAT:
         weights, extra = state["model"], state.get("extra", {})
-    elif state.get("format") == "rlgpu-train/1":
+    elif state.get("format") == TRAIN_FORMAT:
         weights = state["learner"]["model"]
         extra = {"seconds": state["seconds"], "env_steps": state["learner"]["env_steps"]}
     else:
@@ -74,7 +76,8 @@ def load_agent(path: str | Path, device: str | torch.device = "cpu") -> Agent:
         model.load_state_dict(weights)
     except RuntimeError as exc:
         raise CheckpointError(f"{path}: the saved weights do not fit the network its settings describe: {exc}") from exc
-    config["device"] = str(torch.device(device))
+    device = get_device(device, param="device")
+    config["device"] = str(device)
     return Agent(algorithm, config, model.to(device).eval(), dict(extra))
 
 
@@ -86,7 +89,7 @@ def play_episode(agent: Agent, seed: int = 0, max_steps: int = 10_000):
     """
     c = agent.config
     env = VecSnake(1, c["height"], c["width"], obs_type=c["obs_type"], device=c["device"], seed=seed)
-    obs, _ = env.reset()
+    obs, _ = env.reset(seed=seed)  # the first game drawn from ``seed``
     states = [env.get_state(0)]
     for _ in range(max_steps):
         obs, _, terminated, truncated, info = env.step(agent.greedy_actions(obs))

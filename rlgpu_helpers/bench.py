@@ -20,7 +20,6 @@ import html
 import json
 import math
 import numbers
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,15 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .atomic import atomic_write
+from .config import check_int
 from .device import get_device, machine_label, synchronize
 
 FORMAT = "rlgpu-bench/1"
 _JSON_SCALARS = (str, int, float, bool, type(None))
-
-
-def _check_count(value, name: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
 
 
 def format_number(value: float) -> str:
@@ -116,9 +112,9 @@ def time_callable(fn: Callable[[], object], *, warmup: int = 1, repeats: int = 5
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
-    _check_count(warmup, "warmup", 0)
-    _check_count(repeats, "repeats", 1)
-    _check_count(number, "number", 1)
+    check_int("warmup", warmup, 0)
+    check_int("repeats", repeats, 1)
+    check_int("number", number, 1)
     device = get_device(device)
     for _ in range(warmup):
         fn()
@@ -212,10 +208,8 @@ def _read(path: Path) -> tuple[dict, list[dict]]:
 
 def _write(path: Path, report: dict, entries: list[dict]) -> None:
     """Write a benchmark file atomically, so an interrupted run never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps({"format": FORMAT, "machine": report, "records": entries}, indent=1) + "\n")
-    os.replace(temporary, path)
+    text = json.dumps({"format": FORMAT, "machine": report, "records": entries}, indent=1) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def _entry(record: Record, command: str) -> dict:

@@ -1,20 +1,19 @@
 """Checkpoints that survive being killed at any moment (introduced in notebook 11).
 
 Colab disconnects and preempted machines kill training without warning. ``save_checkpoint``
-writes to a temporary file in the same folder, flushes it to disk, and only then renames it over
-the old checkpoint: a rename within one file system is atomic, so the file named
-``checkpoint.pt`` is always either the previous complete checkpoint or the new complete one,
-never half of one. A kill during the write leaves at most a stray ``*.tmp`` file, which
-``load_checkpoint`` never reads and the next save replaces.
+writes with ``atomic_write``: to a temporary file in the same folder, flushed to disk, then
+renamed over the old checkpoint. So the file named ``checkpoint.pt`` is always either the
+previous complete checkpoint or the new complete one, never half of one; a kill during the
+write leaves at most a stray ``*.tmp`` file, which ``load_checkpoint`` never reads.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from .atomic import atomic_write
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -25,27 +24,7 @@ class CheckpointError(Exception):
 
 def save_checkpoint(path: str | Path, state: dict) -> Path:
     """Write ``state`` to ``path`` atomically (write a temporary file, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give the usual mode
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _umask() -> int:
-    """The process's file-creation mask (reading it means setting it, so set it back)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    return atomic_write(path, lambda f: torch.save(state, f))
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:

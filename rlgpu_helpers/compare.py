@@ -13,14 +13,13 @@ score, and the seconds until the mean score first reached each threshold.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import time
 
 from .bench import Record, Table, format_number
+from .training import ScoreCurve
 
-SCORE_WINDOW = 100
 SETUPS = {
     "ours": "PPO on VecSnake (this course)",
     "sb3": "stable-baselines3 PPO, 8 subprocess envs",
@@ -51,25 +50,6 @@ class Curve:
             if point["mean_score"] is not None and point["mean_score"] >= score:
                 return point["seconds"]
         return None
-
-
-class _Tracker:
-    """Keeps the last 100 scores and appends a curve point at most once a second."""
-
-    def __init__(self):
-        self.recent = collections.deque(maxlen=SCORE_WINDOW)
-        self.points, self.episodes, self.last = [], 0, -1.0
-
-    def add(self, scores):
-        self.recent.extend(scores)
-        self.episodes += len(scores)
-
-    def point(self, seconds, env_steps, force=False):
-        if force or seconds - self.last >= 1.0:
-            mean = sum(self.recent) / len(self.recent) if self.recent else None
-            self.points.append({"seconds": seconds, "env_steps": env_steps, "mean_score": mean,
-                                "episodes": self.episodes})
-            self.last = seconds
 
 
 def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool = False, **settings) -> Curve:
@@ -104,7 +84,7 @@ def run_sb3(seconds: float, seed: int = 0, num_envs: int = 8, height: int = 10, 
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import SubprocVecEnv
 
-    tracker = _Tracker()
+    curve = ScoreCurve()
 
     class Budget(BaseCallback):
         def _on_training_start(self):
@@ -112,9 +92,9 @@ def run_sb3(seconds: float, seed: int = 0, num_envs: int = 8, height: int = 10, 
 
         def _on_step(self):
             dones, infos = self.locals["dones"], self.locals["infos"]
-            tracker.add([info["score"] for info, done in zip(infos, dones) if done])
+            curve.add([info["score"] for info, done in zip(infos, dones) if done])
             elapsed = time.perf_counter() - self.start
-            tracker.point(elapsed, self.num_timesteps)
+            curve.point(elapsed, self.num_timesteps)
             return elapsed < seconds
 
     envs = SubprocVecEnv([functools.partial(_snake_env, height, width, obs_type) for _ in range(num_envs)])
@@ -125,10 +105,10 @@ def run_sb3(seconds: float, seed: int = 0, num_envs: int = 8, height: int = 10, 
         budget = Budget()
         model.learn(total_timesteps=10**12, callback=budget)
         elapsed = time.perf_counter() - budget.start
-        tracker.point(elapsed, model.num_timesteps, force=True)
+        curve.point(elapsed, model.num_timesteps, force=True)
     finally:
         envs.close()
-    return Curve("sb3", elapsed, model.num_timesteps, tracker.points)
+    return Curve("sb3", elapsed, model.num_timesteps, curve.points)
 
 
 def run_naive(seconds: float, seed: int = 0, segment_s: float = 5.0) -> Curve:
@@ -136,14 +116,14 @@ def run_naive(seconds: float, seed: int = 0, segment_s: float = 5.0) -> Curve:
     from .naive_dqn import LoopSettings, NaiveDQN
 
     agent = NaiveDQN(LoopSettings(seed=seed))
-    tracker, spent, steps = _Tracker(), 0.0, 0
+    curve, spent, steps = ScoreCurve(), 0.0, 0
     while spent < seconds:
         result = agent.run(seconds=min(segment_s, seconds - spent), progress=False)
         spent += result.seconds
         steps += result.steps
-        tracker.add(result.episode_scores)
-        tracker.point(spent, steps, force=True)
-    return Curve("naive", spent, steps, tracker.points)
+        curve.add(result.episode_scores)
+        curve.point(spent, steps, force=True)
+    return Curve("naive", spent, steps, curve.points)
 
 
 def curve_records(curve: Curve, machine: str, budget_s: float, seed: int,

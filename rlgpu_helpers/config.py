@@ -1,4 +1,4 @@
-"""Quick mode and seeding.
+"""Quick mode, seeding, and the argument checks every helper shares.
 
 Introduced in notebook 00.
 
@@ -8,6 +8,8 @@ between them, and :func:`pick` is the one place that reads it: notebooks and hel
 ``pick(full=..., quick=...)`` and never look at the variable themselves.
 """
 
+import math
+import numbers
 import os
 import random
 
@@ -44,8 +46,38 @@ def seed_everything(seed: int) -> None:
     Seeding makes a run repeatable on the same machine and library versions; different
     hardware may still round differently.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed={seed!r} must be an int in [0, 2**32)")
+    check_seed("seed", seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+# -- argument checks: a clear ValueError naming the parameter and its value ---------------------
+
+
+def check_int(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an int if it is an integer >= ``minimum`` (bools are not integers here)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
+    return int(value)
+
+
+def check_seed(name: str, value) -> int:
+    """``value`` if it is a valid seed: an int in [0, 2**32), what NumPy and torch both take."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2**32:
+        raise ValueError(f"{name}={value!r} must be an int in [0, 2**32)")
+    return int(value)
+
+
+def check_number(name: str, value, *, at_least: float | None = None, above: float | None = None,
+                 at_most: float | None = None) -> float:
+    """``value`` as a float if it is a finite real number within the given bounds."""
+    ok = (not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+          and (at_least is None or value >= at_least) and (above is None or value > above)
+          and (at_most is None or value <= at_most))
+    if not ok:
+        bounds = [f">= {at_least:g}" if at_least is not None else "", f"> {above:g}" if above is not None else "",
+                  f"<= {at_most:g}" if at_most is not None else ""]
+        wanted = " and ".join(b for b in bounds if b)
+        raise ValueError(f"{name}={value!r} must be a finite number{' ' + wanted if wanted else ''}")
+    return float(value)

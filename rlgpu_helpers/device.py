@@ -25,39 +25,47 @@ _DEVICE_TYPES = ("cpu", "cuda", "mps")
 _GIB = 2**30
 
 
-def get_device(name: str | torch.device | None = None) -> torch.device:
+def get_device(name: str | torch.device | None = None, param: str = "name") -> torch.device:
     """Return a ``torch.device``; ``None`` picks the best available: CUDA, else MPS, else CPU.
 
     ``name`` may be ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a ``torch.device``. Asking
     for a device this machine lacks raises an error instead of quietly falling back to the CPU.
+    An accelerator comes back with its index (``"cuda"`` gives ``cuda:0``), as tensors report it.
+    Errors name the value as ``param`` (the caller's own parameter name, e.g. ``"device"``).
     """
     if name is None:
         if torch.cuda.is_available():
-            return torch.device("cuda")
+            return get_device("cuda")
         if torch.backends.mps.is_available():
-            return torch.device("mps")
+            return get_device("mps")
         return torch.device("cpu")
     if not isinstance(name, (str, torch.device)):
-        raise TypeError(f"name={name!r} must be a str, a torch.device or None")
+        raise TypeError(f"{param}={name!r} must be a str, a torch.device or None")
     try:
         device = torch.device(name)
     except RuntimeError:
         device = None
     if device is None or device.type not in _DEVICE_TYPES:
-        raise ValueError(f"name={name!r} is not a device: use 'cpu', 'cuda', 'cuda:N' or 'mps'")
+        raise ValueError(f"{param}={name!r} is not a device: use 'cpu', 'cuda', 'cuda:N' or 'mps'")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
             raise RuntimeError(
-                f"name={name!r} asks for CUDA, but torch.cuda.is_available() is False "
+                f"{param}={name!r} asks for CUDA, but torch.cuda.is_available() is False "
                 f"(torch {torch.__version__}, {build}); "
                 "use get_device() to take the best device this machine has"
             )
         count = torch.cuda.device_count()
         if device.index is not None and device.index >= count:
-            raise ValueError(f"name={name!r}: this machine has {count} CUDA device(s), 0 to {count - 1}")
+            raise ValueError(f"{param}={name!r}: this machine has {count} CUDA device(s), 0 to {count - 1}")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError(f"name={name!r} asks for MPS, but torch.backends.mps.is_available() is False")
+        raise RuntimeError(f"{param}={name!r} asks for MPS, but torch.backends.mps.is_available() is False")
+    # Tensors report an indexed device ("cuda:0"), and torch.device("cuda") != "cuda:0": name
+    # the index, so that comparing a tensor's device with this one works.
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "mps" and device.index is None:
+        device = torch.device("mps", 0)
     return device
 
 
@@ -143,7 +151,7 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
-def _logical_cores() -> int | None:
+def logical_cores() -> int | None:
     """Logical cores this process may use (a container may allow fewer than the host has)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -205,7 +213,7 @@ def device_report(device: str | torch.device | None = None) -> dict:
         "driver": driver,
         "cuda": torch.version.cuda,
         "cpu": _cpu_model(),
-        "logical_cores": _logical_cores(),
+        "logical_cores": logical_cores(),
         "torch_threads": torch.get_num_threads(),
         "ram_gib": _ram_gib(),
         "torch": str(torch.__version__),  # a str subclass otherwise, which safe loaders refuse

@@ -17,6 +17,8 @@ import dataclasses
 import torch
 from torch import nn
 
+from .config import check_int, check_number, check_seed
+from .device import get_device
 from .nets import QNetwork
 from .replay import TensorReplayBuffer
 from .snake import VecSnake
@@ -58,20 +60,15 @@ class DQNConfig:
     def __post_init__(self):
         for name in ("height", "width", "num_envs", "steps_per_iteration", "buffer_size", "batch_size",
                      "train_every", "gradient_steps", "target_update_every", "hidden"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, getattr(self, name), 1)
+        check_int("learning_starts", self.learning_starts, 0)
+        check_seed("seed", self.seed)
         if self.num_envs > self.buffer_size:
             raise ValueError(f"buffer_size ({self.buffer_size}) must hold at least one vector step ({self.num_envs})")
         for name in ("gamma", "eps_start", "eps_end", "exploration_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+            check_number(name, getattr(self, name), at_least=0, at_most=1)
         for name in ("learning_rate", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if self.learning_starts < 0:
-            raise ValueError(f"learning_starts must be >= 0, got {self.learning_starts!r}")
+            check_number(name, getattr(self, name), above=0)
 
 
 class DQN:
@@ -81,7 +78,7 @@ class DQN:
 
     def __init__(self, config: DQNConfig):
         self.config = c = config
-        self.device = torch.device(c.device)
+        self.device = get_device(c.device, param="device")
         torch.manual_seed(c.seed)
         self.env = VecSnake(c.num_envs, c.height, c.width, obs_type=c.obs_type, device=self.device,
                             seed=c.seed, check_action_values=False)

@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from .bench import Record, time_callable
 from .config import pick
-from .device import device_report, get_device, machine_label
+from .device import device_report, get_device, logical_cores, machine_label
 from .snake import SnakeEnv, VecSnake
 from .snake.rules import NUM_ACTIONS, OBS_TYPES
 from .vector import VECTOR_KINDS, make_cpu_vector_env
@@ -87,7 +87,7 @@ def default_step_costs_s() -> tuple[float, ...]:
 
 def default_heavy_num_envs() -> int:
     """Games in the heavy-env experiment: one per logical core (at least 2, at most 8)."""
-    cores = device_report("cpu")["logical_cores"] or 2
+    cores = logical_cores() or 2
     return min(8, max(2, cores))
 
 

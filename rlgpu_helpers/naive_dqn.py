@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import time
 from collections import deque
 
@@ -38,23 +37,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .bench import Record, Table, format_number
-from .config import pick
-from .device import device_report, get_device, machine_label
+from .config import check_int, check_number, check_seed, pick
+from .device import device_report, get_device, logical_cores, machine_label
 from .nets import QNetwork
 from .snake import SnakeEnv, rules
 
 PARTS = ("env", "act", "replay", "learn", "other")
 """The parts of a step the loop times, in the order tables and plots show them."""
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an int >= {minimum}")
-
-
-def _check_unit_interval(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name}={value!r} must be a number in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,21 +96,18 @@ class LoopSettings:
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         for name in ("learn_every", "batch_size", "hidden", "buffer_size", "exploration_steps",
                      "target_update_every"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("learning_starts", self.learning_starts, 0)
+            check_int(name, getattr(self, name), 1)
+        check_int("learning_starts", self.learning_starts, 0)
         if self.num_threads is not None:
-            _check_int("num_threads", self.num_threads, 1)
+            check_int("num_threads", self.num_threads, 1)
         rules.check_grid_size(self.height, self.width)
         rules.check_obs_type(self.obs_type)
         if self.batch_size > self.buffer_size:
             raise ValueError(f"batch_size={self.batch_size!r} must not exceed buffer_size={self.buffer_size!r}")
-        if (isinstance(self.learning_rate, bool) or not isinstance(self.learning_rate, (int, float))
-                or not math.isfinite(self.learning_rate) or self.learning_rate <= 0):
-            raise ValueError(f"learning_rate={self.learning_rate!r} must be a positive number")
+        check_number("learning_rate", self.learning_rate, above=0)
         for name in ("gamma", "eps_start", "eps_end"):
-            _check_unit_interval(name, getattr(self, name))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
-            raise ValueError(f"seed={self.seed!r} must be an int in [0, 2**32)")
+            check_number(name, getattr(self, name), at_least=0, at_most=1)
+        check_seed("seed", self.seed)
 
     def replace(self, **changes) -> LoopSettings:
         """A copy with ``changes`` (validated like any settings)."""
@@ -142,10 +128,10 @@ def tuning_rows(base: LoopSettings | None = None, *, learn_every: int = 4,
     base = base if base is not None else LoopSettings()
     if not isinstance(base, LoopSettings):
         raise TypeError(f"base={base!r} must be a LoopSettings")
-    _check_int("learn_every", learn_every, 2)
+    check_int("learn_every", learn_every, 2)
     if together_threads is not None:
-        _check_int("together_threads", together_threads, 1)
-    cores = device_report("cpu")["logical_cores"] or 1
+        check_int("together_threads", together_threads, 1)
+    cores = logical_cores() or 1
     rows = {
         "baseline": base,
         "inference_mode for acting": base.replace(inference_mode=True),
@@ -320,10 +306,9 @@ class NaiveDQN:
         if (steps is None) == (seconds is None):
             raise ValueError(f"give exactly one of steps={steps!r} and seconds={seconds!r}")
         if steps is not None:
-            _check_int("steps", steps, 1)
-        elif (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-              or not math.isfinite(seconds) or seconds <= 0):
-            raise ValueError(f"seconds={seconds!r} must be a positive number")
+            check_int("steps", steps, 1)
+        else:
+            check_number("seconds", seconds, above=0)
         s = self.settings
         threads_before = torch.get_num_threads()
         if s.num_threads is not None:
@@ -433,8 +418,8 @@ def measure_loop(settings: LoopSettings | None = None, *, steps: int, repeats: i
     memory so that every timed step includes learning, as in most of a real run.
     """
     settings = settings if settings is not None else LoopSettings()
-    _check_int("steps", steps, 1)
-    _check_int("repeats", repeats, 1)
+    check_int("steps", steps, 1)
+    check_int("repeats", repeats, 1)
     agent = _warmed_up(settings, warmup_steps)
     runs = [agent.run(steps=steps, progress=progress) for _ in range(repeats)]
     return LoopMeasurement(settings, runs)
@@ -443,7 +428,7 @@ def measure_loop(settings: LoopSettings | None = None, *, steps: int, repeats: i
 def _warmed_up(settings: LoopSettings, warmup_steps: int | None) -> NaiveDQN:
     if warmup_steps is None:
         warmup_steps = max(settings.learning_starts, settings.batch_size) + 200
-    _check_int("warmup_steps", warmup_steps, 0)
+    check_int("warmup_steps", warmup_steps, 0)
     agent = NaiveDQN(settings)
     if warmup_steps:
         agent.run(steps=warmup_steps, progress=False)
@@ -474,8 +459,8 @@ def measure_rows(rows: dict[str, LoopSettings] | None = None, *, steps: int | No
         raise ValueError(f"rows={rows!r} must be a non-empty dict of names to LoopSettings")
     steps = default_steps() if steps is None else steps
     repeats = default_repeats() if repeats is None else repeats
-    _check_int("steps", steps, 1)
-    _check_int("repeats", repeats, 1)
+    check_int("steps", steps, 1)
+    check_int("repeats", repeats, 1)
     runs = {name: [] for name in rows}
     with tqdm(total=len(rows) * (repeats + 1), desc="loops", unit="run", disable=not progress) as bar:
         agents = {}
@@ -603,9 +588,8 @@ def plot_throughput(measurements: dict[str, LoopMeasurement], title: str = "Step
 
 
 def _play(choose, episodes: int, seed: int, height: int, width: int, obs_type: str) -> np.ndarray:
-    _check_int("episodes", episodes, 1)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed={seed!r} must be an int in [0, 2**32)")
+    check_int("episodes", episodes, 1)
+    check_seed("seed", seed)
     env = SnakeEnv(height, width, obs_type=obs_type)
     scores = []
     obs, _ = env.reset(seed=seed)

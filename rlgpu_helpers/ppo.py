@@ -21,6 +21,8 @@ import dataclasses
 import torch
 from torch import nn
 
+from .config import check_int, check_number, check_seed
+from .device import get_device
 from .nets import ActorCritic
 from .snake import VecSnake
 
@@ -63,24 +65,19 @@ class PPOConfig:
 
     def __post_init__(self):
         for name in ("height", "width", "num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, getattr(self, name), 1)
+        check_seed("seed", self.seed)
         if (self.num_envs * self.num_steps) % self.num_minibatches:
             raise ValueError(
                 f"num_envs * num_steps ({self.num_envs * self.num_steps}) must be divisible by "
                 f"num_minibatches ({self.num_minibatches})"
             )
         for name in ("gamma", "gae_lambda"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value!r}")
+            check_number(name, getattr(self, name), at_least=0, at_most=1)
         for name in ("learning_rate", "clip_coef", "max_grad_norm"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+            check_number(name, getattr(self, name), above=0)
         for name in ("ent_coef", "vf_coef"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)!r}")
+            check_number(name, getattr(self, name), at_least=0)
 
 
 def suggested_settings(device) -> dict:
@@ -121,7 +118,7 @@ class PPO:
 
     def __init__(self, config: PPOConfig):
         self.config = c = config
-        self.device = torch.device(c.device)
+        self.device = get_device(c.device, param="device")
         torch.manual_seed(c.seed)
         self.env = VecSnake(
             c.num_envs, c.height, c.width, obs_type=c.obs_type, device=self.device, seed=c.seed,
@@ -142,14 +139,6 @@ class PPO:
         self.next_obs, _ = self.env.reset(seed=c.seed)
         self.env_steps = 0
         self.iterations = 0
-
-    def act(self, obs: torch.Tensor, greedy: bool = False) -> torch.Tensor:
-        """Actions for a batch of observations: sampled, or the most likely with ``greedy``."""
-        with torch.inference_mode():
-            logits, _ = self.model(obs)
-        if greedy:
-            return logits.argmax(-1)
-        return torch.distributions.Categorical(logits=logits).sample()
 
     def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
         """One rollout and one update; returns the scores of games that finished (on the CPU).
@@ -172,14 +161,18 @@ class PPO:
             obs = self.next_obs
             for t in range(c.num_steps):
                 logits, value = self.model(obs)
-                dist = torch.distributions.Categorical(logits=logits)
+                # validate_args=False: the argument checks are Python ifs on tensors, which
+                # would wait for the GPU twice per step.
+                dist = torch.distributions.Categorical(logits=logits, validate_args=False)
                 action = dist.sample()
                 self.obs[t] = obs
                 self.actions[t] = action
                 self.logprobs[t] = dist.log_prob(action)
                 self.values[t] = value
                 obs, reward, terminated, truncated, info = self.env.step(action)
-                # A truncated game did not end: bootstrap from its real last observation.
+                # A truncated game did not end: bootstrap from its real last observation. That
+                # is a second value pass over all N games; picking out the truncated ones first
+                # would need their count on the host, a sync every step.
                 reward = reward + c.gamma * self.model.value(info["final_obs"]) * truncated
                 self.rewards[t] = reward
                 self.dones[t] = (terminated | truncated).to(torch.float32)
@@ -218,7 +211,7 @@ class PPO:
                 self.optimizer.step()
 
     def state_dict(self) -> dict:
-        """Everything needed to continue exactly: model, optimizer, env, counters, RNG."""
+        """Model, optimizer, env and counters (``training.train`` adds the RNG states)."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),

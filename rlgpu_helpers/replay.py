@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .device import get_device
+
 
 class TensorReplayBuffer:
     """A ring of ``capacity`` transitions ``(obs, action, reward, next_obs, terminated)``.
@@ -24,7 +26,7 @@ class TensorReplayBuffer:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
         self.capacity = capacity
-        self.device = torch.device(device)
+        self.device = get_device(device, param="device")
         shape = tuple(obs_shape)
         self.obs = torch.zeros(capacity, *shape, device=self.device)
         self.next_obs = torch.zeros(capacity, *shape, device=self.device)
@@ -47,16 +49,19 @@ class TensorReplayBuffer:
             if value.shape[0] != batch:
                 raise ValueError(f"{name} has {value.shape[0]} rows, obs has {batch}")
         slots = (self.pos + torch.arange(batch, device=self.device)) % self.capacity
-        self.obs.index_copy_(0, slots, obs.to(self.obs.dtype))
-        self.next_obs.index_copy_(0, slots, next_obs.to(self.next_obs.dtype))
-        self.actions.index_copy_(0, slots, actions.to(torch.int64))
-        self.rewards.index_copy_(0, slots, rewards.to(torch.float32))
-        self.terminated.index_copy_(0, slots, terminated.to(torch.float32))
+        self.obs.index_copy_(0, slots, obs.to(self.device, self.obs.dtype))
+        self.next_obs.index_copy_(0, slots, next_obs.to(self.device, self.next_obs.dtype))
+        self.actions.index_copy_(0, slots, actions.to(self.device, torch.int64))
+        self.rewards.index_copy_(0, slots, rewards.to(self.device, torch.float32))
+        self.terminated.index_copy_(0, slots, terminated.to(self.device, torch.float32))
         self.pos = (self.pos + batch) % self.capacity
         self.size = min(self.size + batch, self.capacity)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict:
-        """``batch_size`` transitions drawn uniformly (with replacement) from those stored."""
+        """``batch_size`` transitions drawn uniformly (with replacement) from those stored.
+
+        ``generator``, if given, must live on the buffer's device (as ``torch.randint`` needs).
+        """
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

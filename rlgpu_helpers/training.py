@@ -20,12 +20,45 @@ import torch
 from tqdm.auto import tqdm
 
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint, save_checkpoint
+from .config import check_number
 from .dqn import DQN, DQNConfig
 from .ppo import PPO, PPOConfig
 
 FORMAT = "rlgpu-train/1"
 ALGORITHMS = {"ppo": (PPOConfig, PPO), "dqn": (DQNConfig, DQN)}
 SCORE_WINDOW = 100
+
+
+class ScoreCurve:
+    """A learning curve as it grows: the last 100 scores and a point at most once a second.
+
+    Each point is a dict: seconds, env_steps, mean_score (of the last 100 finished games, None
+    before the first) and episodes (finished so far).
+    """
+
+    def __init__(self, points: list[dict] | None = None, recent_scores=(), episodes: int = 0):
+        self.points = list(points or [])
+        self.recent = collections.deque(recent_scores, maxlen=SCORE_WINDOW)
+        self.episodes = episodes
+        self.last = self.points[-1]["seconds"] if self.points else -math.inf
+
+    def add(self, scores) -> None:
+        """Record the scores of games that just finished."""
+        self.recent.extend(scores)
+        self.episodes += len(scores)
+
+    @property
+    def mean_score(self) -> float | None:
+        return sum(self.recent) / len(self.recent) if self.recent else None
+
+    def point(self, seconds: float, env_steps: int, force: bool = False) -> bool:
+        """Append a point if a second has passed since the last (or ``force``); say if it did."""
+        if not (force or seconds - self.last >= 1.0):
+            return False
+        self.points.append({"seconds": seconds, "env_steps": env_steps, "mean_score": self.mean_score,
+                            "episodes": self.episodes})
+        self.last = seconds
+        return True
 
 
 @dataclasses.dataclass
@@ -64,27 +97,27 @@ def make_learner(algorithm: str, **config):
 
 def load_learner(path: str | Path, device: str | None = None):
     """The learner stored in a checkpoint (a file, or a folder holding ``checkpoint.pt``)."""
-    state = load_checkpoint(path)
-    learner = _learner_from(state, path, device)
-    learner.load_state_dict(state["learner"])
-    return learner
+    return _restore(load_checkpoint(path), path, device)
 
 
-def _learner_from(state: dict, path, device: str | None):
+def _restore(state: dict, path, device: str | None):
+    """The learner a loaded checkpoint ``state`` describes, with its saved state put back."""
     if state.get("format") != FORMAT or state.get("algorithm") not in ALGORITHMS:
         raise CheckpointError(f"{path} is not a training checkpoint of this package")
     config = dict(state["config"])
     if device is not None:
         config["device"] = str(device)
-    return make_learner(state["algorithm"], **config)
+    learner = make_learner(state["algorithm"], **config)
+    learner.load_state_dict(state["learner"])
+    return learner
 
 
 def _check_budget(seconds, steps):
     if seconds is None and steps is None:
         raise ValueError("give a budget: seconds, steps, or both")
     for name, value in (("seconds", seconds), ("steps", steps)):
-        if value is not None and (isinstance(value, bool) or not value > 0 or not math.isfinite(value)):
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
+        if value is not None:
+            check_number(name, value, above=0)
 
 
 def train(
@@ -112,15 +145,12 @@ def train(
     path = Path(out_dir) / CHECKPOINT_NAME if out_dir is not None else None
     if resume and path is None:
         raise ValueError("resume=True needs out_dir, the folder holding the checkpoint")
-    curve: list[dict] = []
-    recent = collections.deque(maxlen=SCORE_WINDOW)
-    episodes, spent = 0, 0.0
+    curve, spent = ScoreCurve(), 0.0
     if resume:
         state = load_checkpoint(path)
-        learner = _learner_from(state, path, learner.config.device if learner is not None else None)
-        learner.load_state_dict(state["learner"])
-        curve, episodes, spent = list(state["curve"]), int(state["episodes"]), float(state["seconds"])
-        recent.extend(state["recent_scores"])
+        learner = _restore(state, path, learner.config.device if learner is not None else None)
+        curve = ScoreCurve(state["curve"], state["recent_scores"], int(state["episodes"]))
+        spent = float(state["seconds"])
         torch.set_rng_state(state["rng"]["torch"])
         if torch.cuda.is_available() and state["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
@@ -132,17 +162,14 @@ def train(
             "config": dataclasses.asdict(learner.config),
             "learner": learner.state_dict(),
             "seconds": spent,
-            "episodes": episodes,
-            "curve": curve,
-            "recent_scores": list(recent),
+            "episodes": curve.episodes,
+            "curve": curve.points,
+            "recent_scores": list(curve.recent),
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
         }
-
-    def mean_score():
-        return sum(recent) / len(recent) if recent else None
 
     def used() -> float:
         fractions = []
@@ -154,19 +181,14 @@ def train(
 
     bar = tqdm(total=steps if steps is not None else round(seconds), initial=0, disable=not progress,
                unit="step" if steps is not None else "s", dynamic_ncols=True)
-    started, last_saved, last_point = time.perf_counter() - spent, time.perf_counter(), -math.inf
+    started, last_saved = time.perf_counter() - spent, time.perf_counter()
     try:
         while used() < 1.0:
-            scores = learner.iterate(budget_used=used())
-            recent.extend(scores.tolist())
-            episodes += len(scores)
+            curve.add(learner.iterate(budget_used=used()).tolist())
             spent = time.perf_counter() - started
-            if spent - last_point >= 1.0 or used() >= 1.0:
-                last_point = spent
-                curve.append({"seconds": spent, "env_steps": learner.env_steps,
-                              "mean_score": mean_score(), "episodes": episodes})
+            if curve.point(spent, learner.env_steps, force=used() >= 1.0):
                 bar.n = min(learner.env_steps, steps) if steps is not None else min(round(spent), round(seconds))
-                score = mean_score()
+                score = curve.mean_score
                 bar.set_postfix({"steps/s": f"{learner.env_steps / spent:,.0f}",
                                  "mean score": "-" if score is None else f"{score:.1f}"}, refresh=True)
             if path is not None and time.perf_counter() - last_saved >= checkpoint_every_s:
@@ -177,7 +199,7 @@ def train(
     if path is not None:
         save_checkpoint(path, snapshot())
     return TrainingResult(
-        algorithm=learner.algorithm, config=dataclasses.asdict(learner.config), curve=curve,
-        seconds=spent, env_steps=learner.env_steps, episodes=episodes, mean_score=mean_score(),
+        algorithm=learner.algorithm, config=dataclasses.asdict(learner.config), curve=curve.points,
+        seconds=spent, env_steps=learner.env_steps, episodes=curve.episodes, mean_score=curve.mean_score,
         checkpoint=path, learner=learner,
     )

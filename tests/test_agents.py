@@ -7,7 +7,7 @@ import torch
 
 from rlgpu_helpers.agents import Agent, load_agent, play_episode, save_agent
 from rlgpu_helpers.checkpoint import CheckpointError, save_checkpoint
-from rlgpu_helpers.snake import SnakeState, rules
+from rlgpu_helpers.snake import SnakeState, VecSnake, rules
 from rlgpu_helpers.training import make_learner, train
 
 
@@ -35,7 +35,7 @@ def test_a_training_checkpoint_loads_as_an_agent(tmp_path):
 def test_play_episode_follows_the_greedy_policy_until_the_game_ends():
     agent = untrained_agent()
     states, score, won = play_episode(agent, seed=3)
-    assert states[0].body == rules.start_body(5, 5)
+    assert states[0] == VecSnake(1, 5, 5, seed=3).get_state(0)  # the first game drawn from the seed
     assert score == states[-1].score and not won
     # Each state is one move of the previous one (the games are valid all the way).
     for a, b in zip(states, states[1:]):

@@ -37,7 +37,7 @@ def test_train_then_play(tmp_path, capsys):
         (["train", "--set", "nope=1"], "ppo has no setting 'nope'"),
         (["train", "--set", "learning_rate=fast"], "expected a float"),
         (["train", "--set", "gamma"], "--set takes NAME=VALUE"),
-        (["train", "--set", "gamma=2", "--steps", "1"], "gamma must be in [0, 1], got 2.0"),
+        (["train", "--set", "gamma=2", "--steps", "1"], "gamma=2.0 must be a finite number >= 0 and <= 1"),
         (["play", "/nonexistent/agent.pt"], "no checkpoint at /nonexistent/agent.pt"),
         (["play", "x.pt", "--games", "0"], "expected a positive int"),
     ],

@@ -23,6 +23,7 @@ def fake_cuda(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
     return calls
 
@@ -37,7 +38,13 @@ def test_best_device_is_cpu_without_accelerators(no_accelerator):
 
 
 def test_best_device_prefers_cuda(fake_cuda):
-    assert get_device() == torch.device("cuda")
+    assert get_device() == torch.device("cuda:0")
+
+
+def test_cuda_comes_back_with_the_index_tensors_report(fake_cuda):
+    # torch.device("cuda") != torch.device("cuda:0"), and tensors on the GPU report "cuda:0".
+    assert get_device("cuda") == torch.device("cuda:0")
+    assert get_device(torch.device("cuda")).index == 0
 
 
 @pytest.mark.parametrize("name", ["gpu", "tpu", "cuda:x", "meta", ""])
@@ -114,7 +121,7 @@ def test_describe_device_tells_how_to_get_a_gpu(no_accelerator):
 
 
 def test_describe_device_when_the_cpu_is_chosen_over_a_gpu(fake_cuda):
-    assert "although cuda is available" in describe_device("cpu")
+    assert "although cuda:0 is available" in describe_device("cpu")
 
 
 def test_native_half_dtypes_follow_cpu_features(monkeypatch):

@@ -11,10 +11,10 @@ from test_ppo import random_policy_mean_score
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(batch_size=0), "batch_size must be a positive int, got 0"),
+        (dict(batch_size=0), "batch_size=0 must be an int >= 1"),
         (dict(num_envs=64, buffer_size=32), "must hold at least one vector step"),
-        (dict(eps_end=1.5), r"eps_end must be in \[0, 1\]"),
-        (dict(learning_starts=-1), "learning_starts must be >= 0"),
+        (dict(eps_end=1.5), r"eps_end=1.5 must be a finite number >= 0 and <= 1"),
+        (dict(learning_starts=-1), "learning_starts=-1 must be an int >= 0"),
     ],
 )
 def test_bad_config_raises(kwargs, message):

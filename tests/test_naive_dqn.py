@@ -193,8 +193,8 @@ def test_tuning_rows_change_one_thing_each_then_all_switches():
         (dict(batch_size=1.5), r"batch_size=1.5 must be an int >= 1"),
         (dict(num_threads=0), r"num_threads=0 must be an int >= 1"),
         (dict(inference_mode=1), r"inference_mode=1 must be True or False"),
-        (dict(gamma=1.5), r"gamma=1.5 must be a number in \[0, 1\]"),
-        (dict(learning_rate=-1e-3), r"learning_rate=-0.001 must be a positive number"),
+        (dict(gamma=1.5), r"gamma=1.5 must be a finite number >= 0 and <= 1"),
+        (dict(learning_rate=-1e-3), r"learning_rate=-0.001 must be a finite number > 0"),
         (dict(batch_size=64, buffer_size=32), r"batch_size=64 must not exceed buffer_size=32"),
         (dict(obs_type="pixels"), r"pixels"),
         (dict(height=3), r"3"),
@@ -215,7 +215,7 @@ def test_bad_run_budgets_raise():
         agent.run(steps=10, seconds=1, progress=False)
     with pytest.raises(ValueError, match="steps=0 must be an int >= 1"):
         agent.run(steps=0, progress=False)
-    with pytest.raises(ValueError, match="seconds=-1 must be a positive number"):
+    with pytest.raises(ValueError, match="seconds=-1 must be a finite number > 0"):
         agent.run(seconds=-1, progress=False)
     with pytest.raises(ValueError, match="episodes=0 must be an int >= 1"):
         evaluate_random(0)

@@ -40,11 +40,11 @@ def test_gae_bootstraps_from_next_value_when_the_rollout_ends_mid_episode():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(num_envs=0), "num_envs must be a positive int, got 0"),
+        (dict(num_envs=0), "num_envs=0 must be an int >= 1"),
         (dict(num_envs=10, num_steps=3, num_minibatches=4), "must be divisible by num_minibatches"),
-        (dict(gamma=1.5), r"gamma must be in \[0, 1\], got 1.5"),
-        (dict(learning_rate=0.0), "learning_rate must be positive"),
-        (dict(ent_coef=-0.1), "ent_coef must be non-negative"),
+        (dict(gamma=1.5), r"gamma=1.5 must be a finite number >= 0 and <= 1"),
+        (dict(learning_rate=0.0), "learning_rate=0.0 must be a finite number > 0"),
+        (dict(ent_coef=-0.1), "ent_coef=-0.1 must be a finite number >= 0"),
     ],
 )
 def test_bad_config_raises(kwargs, message):

@@ -57,8 +57,8 @@ def test_dqn_resumes_with_its_replay_buffer(tmp_path):
     "kwargs, message",
     [
         (dict(), "give a budget"),
-        (dict(seconds=0), "seconds must be a positive number"),
-        (dict(steps=-5), "steps must be a positive number"),
+        (dict(seconds=0), "seconds=0 must be a finite number > 0"),
+        (dict(steps=-5), "steps=-5 must be a finite number > 0"),
         (dict(steps=10, resume=True), "resume=True needs out_dir"),
     ],
 )

@@ -308,6 +308,7 @@ def test_bad_actions_raise_and_leave_the_env_unchanged(actions, error, message):
         (dict(obs_type="pixels"), ValueError, "obs_type must be one of"),
         (dict(max_steps_without_food=0), ValueError, "max_steps_without_food must be at least 1"),
         (dict(seed=-1), ValueError, "seed must be a non-negative int"),
+        (dict(device="gpu"), ValueError, "device='gpu' is not a device"),
     ],
 )
 def test_bad_constructor_arguments_raise(kwargs, error, message):

@@ -17,6 +17,7 @@ from tempfile import TemporaryDirectory
 
 import numpy as np
 
+from ..config import check_number
 from . import rules
 from .rules import SnakeState
 
@@ -77,8 +78,7 @@ def animate_states(states, height: int, width: int, cell_px: int = 16, interval_
     states = list(states)
     if not states:
         raise ValueError("states must hold at least one SnakeState, got none")
-    if isinstance(interval_ms, bool) or not isinstance(interval_ms, numbers.Real) or interval_ms <= 0:
-        raise ValueError(f"interval_ms must be a positive number, got {interval_ms!r}")
+    check_number("interval_ms", interval_ms, above=0)
     frames = [render_state(state, height, width, cell_px) for state in states]
     dpi = 100
     figure = Figure(figsize=(frames[0].shape[1] / dpi, frames[0].shape[0] / dpi), dpi=dpi)
@@ -128,8 +128,7 @@ def save_animation(states, path, height: int, width: int, cell_px: int = 16, fps
     path = Path(path)
     if path.suffix.lower() != ".gif":
         raise ValueError(f"path must end in .gif, got {str(path)!r}")
-    if isinstance(fps, bool) or not isinstance(fps, numbers.Real) or fps <= 0:
-        raise ValueError(f"fps must be a positive number, got {fps!r}")
+    check_number("fps", fps, above=0)
     states = list(states)
     if not states:
         raise ValueError("states must hold at least one SnakeState, got none")

@@ -44,7 +44,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..device import retain_freed_memory
+from ..device import get_device, retain_freed_memory
 from . import rules
 from .rules import SnakeState
 
@@ -128,7 +128,7 @@ class VecSnake(VectorEnv):
             max_steps_without_food, self.height, self.width
         )
         self.num_envs = int(num_envs)
-        self.device = torch.device(device)
+        self.device = get_device(device, param="device")
         if self.device.type == "cpu":
             retain_freed_memory()  # see its docstring: avoids a page fault storm every step
         self.check_action_values = bool(check_action_values)
@@ -209,6 +209,8 @@ class VecSnake(VectorEnv):
         self._ring_at = game * self._ring_size
         self._row_free_at = game * H
         self._first_row = game * self._rows  # index of each game's top wall row
+        self._grid_obs_at = torch.arange(N, device=dev) * (3 * self._cells)  # of each grid observation
+        self._one = torch.ones((), device=dev)
         self._clock = torch.zeros(N, **i64)
         self._length = torch.zeros(N, **small)
         self._head = torch.zeros(N, **small)
@@ -409,10 +411,10 @@ class VecSnake(VectorEnv):
         obs[:, 0] = 0.0
         obs[:, 2] = 0.0
         flat = obs.view(-1)
-        at = torch.arange(N, device=self.device) * (3 * cells)
+        at = self._grid_obs_at
         head = self._row_of.index_select(0, self._head) * W + self._col_of.index_select(0, self._head)
         food = self._row_of.index_select(0, self._food) * W + self._col_of.index_select(0, self._food)
-        one = torch.ones((), device=self.device)
+        one = self._one
         flat.index_put_((at + head,), one)
         flat.index_put_((at + cells + head,), one)  # the head's own stamp may not be written yet
         food_value = one if no_food is None else (~no_food).to(torch.float32)
