@@ -45,6 +45,7 @@ from .bench import Record, time_callable
 from .config import pick
 from .device import device_report, get_device, logical_cores, machine_label
 from .snake import SnakeEnv, VecSnake
+from .snake import rules
 from .snake.rules import NUM_ACTIONS, OBS_TYPES
 from .vector import VECTOR_KINDS, make_cpu_vector_env
 
@@ -259,8 +260,7 @@ def snake_loop_throughput(device: str | torch.device | None = "cpu", *, obs_type
     machine label, so that records of one run share it.
     """
     device = get_device(device)
-    if obs_type not in OBS_TYPES:
-        raise ValueError(f"obs_type={obs_type!r} must be one of {OBS_TYPES}")
+    rules.check_obs_type(obs_type)
     return _run_jobs(_loop_jobs(obs_type), NAME, _label(device), progress, "SnakeEnv loop")
 
 
@@ -275,8 +275,7 @@ def gym_vector_throughput(device: str | torch.device | None = "cpu", *, kinds=VE
     device = get_device(device)
     kinds = _check_kinds(kinds, "kinds")
     num_envs = _check_num_envs(default_gym_num_envs() if num_envs is None else num_envs, "num_envs")
-    if obs_type not in OBS_TYPES:
-        raise ValueError(f"obs_type={obs_type!r} must be one of {OBS_TYPES}")
+    rules.check_obs_type(obs_type)
     jobs = _gym_jobs(kinds, num_envs, obs_type)
     return _run_jobs(jobs, NAME, _label(device), progress, "gymnasium vector envs")
 

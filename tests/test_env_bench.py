@@ -160,13 +160,13 @@ def test_async_crossover_rejects_mixed_machines_and_other_records():
     (lambda: vec_snake_throughput("cpu", num_envs=2.5), r"num_envs=2.5 must be"),
     (lambda: vec_snake_throughput("cpu", obs_types=("rgb",)), r"obs_types=\('rgb',\) must be"),
     (lambda: gym_vector_throughput(kinds=("threads",)), r"kinds=\('threads',\) must be"),
-    (lambda: snake_loop_throughput(obs_type="pixels"), r"obs_type='pixels' must be"),
+    (lambda: snake_loop_throughput(obs_type="pixels"), r"obs_type must be one of \('features', 'grid'\), got 'pixels'"),
     (lambda: vec_snake_throughput("cpu", obs_types=7), r"obs_types=7 must be"),
     (lambda: measure_env_throughput("cpu", vec_num_envs=()), r"vec_num_envs=\(\) must be"),
     (lambda: heavy_env_throughput((0.0, -1e-3)), r"step_costs_s=\(0.0, -0.001\) must be"),
     (lambda: heavy_env_throughput((0.0,), num_envs=True), r"num_envs=True must be"),
     (lambda: heavy_env_throughput((0.0,), num_envs=(2, 4)), r"num_envs=\(2, 4\) must be a positive int"),
-    (lambda: gym_vector_throughput(obs_type=("grid",)), r"obs_type=\('grid',\) must be one of"),
+    (lambda: gym_vector_throughput(obs_type=("grid",)), r"obs_type must be one of \('features', 'grid'\), got \('grid',\)"),
 ])
 def test_bad_input_raises_naming_the_parameter_and_value(call, message):
     with pytest.raises(ValueError, match=message):
