@@ -1,6 +1,26 @@
 """Helpers for the course "Making reinforcement learning use a GPU well", taught with Snake.
 
-Each module holds one concept and names the notebook that introduces it.
+Each module holds one concept, and its docstring names the notebook that introduces it. Where
+each lesson's helpers live:
+
+====  ==========================  ==========================================================
+ #    notebook                    modules
+====  ==========================  ==========================================================
+00    setup                       core.config, core.checks, core.device, core.files,
+                                  bench.timing, bench.records, bench.report, bench.ceilings
+01    cpu_snake                   snake.rules, snake.env, snake.render, snake.widgets,
+                                  learn.nets, learn.naive_dqn, learn.evaluate, replay.naive,
+                                  bench.loop
+02    cpu_loop_tuning             bench.loop (rows, tables, plots), learn.naive_dqn (switches)
+03    vectorized_envs             snake.cpu_vector, snake.vec, bench.envs
+04    gpu_vectorized_env          snake.vec, gpu.sync, bench.envs
+05    transfers_and_replay        replay.tensor
+11    capstone                    learn.ppo, learn.dqn, learn.training, learn.checkpoint,
+                                  learn.agents, bench.time_to_score
+====  ==========================  ==========================================================
+
+The command line (``python -m rlgpu_helpers bench | train | play``) is in ``cli``; its
+benchmark suites are listed in ``bench.suites``.
 """
 
 __version__ = "0.1.0"

@@ -10,8 +10,8 @@ time or step budget, checkpoints as it goes and can ``--resume``; ``play`` shows
 
 Extending it:
 
-- a benchmark suite is one entry in :data:`BENCH_SUITES`: a name and a function
-  ``(device, progress) -> list[Record]``;
+- a benchmark suite is one entry in :data:`~rlgpu_helpers.bench.suites.SUITES`: a name, a
+  function ``(device, progress) -> list[Record]`` and whether it measures the CPU only;
 - a subcommand is one function in :data:`SUBCOMMANDS` that adds its parser to the subparsers
   and sets ``run`` (a function ``(args) -> int`` returning the exit code) as a default, like
   :func:`add_bench`. It raises :class:`UsageError` for bad combinations of arguments.
@@ -25,26 +25,15 @@ import shlex
 import sys
 from pathlib import Path
 
-from .bench import records_table, save_json, save_reference
-from .ceilings import measure_ceilings
-from .compare import measure_training
-from .config import is_quick
-from .device import describe_device, device_report, get_device, machine_label
-from .env_bench import measure_env_throughput
-from .naive_dqn import measure_tunings
+from .bench.records import save_json, save_reference
+from .bench.report import records_table
+from .bench.suites import SUITES
+from .core.config import is_quick
+from .core.device import describe_device, device_report, get_device, machine_label
 
 
 class UsageError(Exception):
     """Arguments that parse but do not make sense together: reported like an argparse error (exit 2)."""
-
-
-# name -> function(device: torch.device, progress: bool) -> list[Record]; one line per suite
-BENCH_SUITES = {
-    "ceilings": measure_ceilings,
-    "training": measure_training,
-    "envs": measure_env_throughput,
-    "loop": measure_tunings,
-}
 
 
 def _device_argument(text: str):
@@ -58,9 +47,15 @@ def run_bench(args: argparse.Namespace) -> int:
     """Run one suite, print its table, and write the records where asked."""
     if args.save and is_quick():
         raise UsageError("--save stores full-size reference results: unset RLGPU_QUICK first")
-    device = args.device if args.device is not None else get_device()
+    suite = SUITES[args.suite]
+    device = args.device
+    if device is None:
+        device = get_device("cpu") if suite.cpu_only else get_device()
+    elif suite.cpu_only and device.type != "cpu":
+        raise UsageError(f"--device {device}: the {args.suite} suite measures the CPU only "
+                         "(leave --device out, or give --device cpu)")
     print(describe_device(device))
-    records = BENCH_SUITES[args.suite](device, sys.stderr.isatty())
+    records = suite.run(device, sys.stderr.isatty())
     report = device_report(device)
     print(records_table(records, this_machine=machine_label(report)))
     command = _command(args)
@@ -75,7 +70,7 @@ def add_bench(subparsers) -> None:
     """The ``bench`` subcommand."""
     parser = subparsers.add_parser("bench", help="measure this machine and show or save the results",
                                    description="Run a benchmark suite on this machine and print a table.")
-    parser.add_argument("suite", nargs="?", default="ceilings", choices=sorted(BENCH_SUITES),
+    parser.add_argument("suite", nargs="?", default="ceilings", choices=sorted(SUITES),
                         help="which benchmarks to run (default: %(default)s)")
     parser.add_argument("--device", type=_device_argument, default=None,
                         help="cpu, cuda, cuda:N or mps (default: the best available)")
@@ -99,7 +94,7 @@ def _setting(text: str) -> tuple[str, str]:
 
 def _typed_settings(algorithm: str, pairs) -> dict:
     """Turn ``--set name=value`` pairs into the config's field types."""
-    from .training import ALGORITHMS
+    from .learn.training import ALGORITHMS
 
     fields = {f.name: f for f in dataclasses.fields(ALGORITHMS[algorithm][0])}
     settings = {}
@@ -121,8 +116,8 @@ def _typed_settings(algorithm: str, pairs) -> dict:
 
 def run_train(args: argparse.Namespace) -> int:
     """Train, print a summary, and write the learning curve where asked."""
-    from .checkpoint import CheckpointError
-    from .training import make_learner, train
+    from .learn.checkpoint import CheckpointError
+    from .learn.training import make_learner, train
 
     if args.seconds is None and args.steps is None:
         args.seconds = 300.0
@@ -135,7 +130,7 @@ def run_train(args: argparse.Namespace) -> int:
     device = args.device if args.device is not None else get_device()
     learner = None
     if not args.resume:
-        from .ppo import suggested_settings
+        from .learn.ppo import suggested_settings
 
         settings = suggested_settings(device) if args.algo == "ppo" else {}
         settings.update(obs_type=args.obs, seed=args.seed, device=str(device), height=args.size, width=args.size)
@@ -158,7 +153,7 @@ def run_train(args: argparse.Namespace) -> int:
           f"mean score of the last 100: {score}")
     print(f"Checkpoint: {result.checkpoint}")
     if args.agent is not None:
-        from .agents import save_agent
+        from .learn.agents import save_agent
 
         save_agent(args.agent, result.learner, extra={
             "command": _command(args), "machine": device_report(device), "seconds": result.seconds,
@@ -220,9 +215,9 @@ def add_train(subparsers) -> None:
 
 def run_play(args: argparse.Namespace) -> int:
     """Play games with a trained agent and save them as an animation."""
-    from .agents import load_agent, play_episode
-    from .checkpoint import CheckpointError
-    from .snake import save_animation
+    from .learn.agents import load_agent, play_episode
+    from .learn.checkpoint import CheckpointError
+    from .snake.render import save_animation
 
     try:
         agent = load_agent(args.agent, device=args.device if args.device is not None else "cpu")

@@ -5,10 +5,12 @@ import dataclasses
 import pytest
 import torch
 
-from rlgpu_helpers.agents import Agent, load_agent, play_episode, save_agent
-from rlgpu_helpers.checkpoint import CheckpointError, save_checkpoint
-from rlgpu_helpers.snake import SnakeState, VecSnake, rules
-from rlgpu_helpers.training import make_learner, train
+from rlgpu_helpers.learn.agents import Agent, load_agent, play_episode, save_agent
+from rlgpu_helpers.learn.checkpoint import CheckpointError, save_checkpoint
+from rlgpu_helpers.learn.training import make_learner, train
+from rlgpu_helpers.snake import rules
+from rlgpu_helpers.snake.rules import SnakeState
+from rlgpu_helpers.snake.vec import VecSnake
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
@@ -48,7 +50,7 @@ def test_a_won_game_ends_with_the_full_board(monkeypatch):
             (2, 0), (2, 1), (2, 2), (2, 3), (3, 3), (3, 2), (3, 1), (3, 0)]
     almost = SnakeState(tuple(reversed(path[:-1])), rules.LEFT, food=(3, 0), steps_since_food=0)
     agent = untrained_agent(height=4, width=4)
-    from rlgpu_helpers import agents
+    from rlgpu_helpers.learn import agents
 
     class Preset(agents.VecSnake):
         def reset(self, **kwargs):

@@ -6,8 +6,12 @@ import stat
 import pytest
 import torch
 
-from rlgpu_helpers import checkpoint
-from rlgpu_helpers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rlgpu_helpers.learn import checkpoint
+from rlgpu_helpers.learn.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 
 def test_round_trip(tmp_path):

@@ -5,10 +5,11 @@ import sys
 import pytest
 import torch
 
-from rlgpu_helpers import bench, cli
-from rlgpu_helpers.bench import Record, load_json
+from rlgpu_helpers.bench import records
+from rlgpu_helpers.bench.records import Record, load_json
+from rlgpu_helpers.bench.suites import SUITES, Suite
 from rlgpu_helpers.cli import main
-from rlgpu_helpers.device import device_report, machine_label
+from rlgpu_helpers.core.device import device_report, machine_label
 
 
 @pytest.fixture(autouse=True)
@@ -37,8 +38,8 @@ def test_a_registered_suite_runs_and_saves(monkeypatch, tmp_path, capsys):
         seen.append((device, progress))
         return [Record("toy", "plain", "speed", 42.0, "steps/s", {"num_envs": 8}, None, label)]
 
-    monkeypatch.setitem(cli.BENCH_SUITES, "toy", toy_suite)
-    monkeypatch.setattr(bench, "data_dir", lambda: tmp_path)
+    monkeypatch.setitem(SUITES, "toy", Suite(toy_suite, "a toy"))
+    monkeypatch.setattr(records, "data_dir", lambda: tmp_path)
     assert main(["bench", "toy", "--device", "cpu", "--save"]) == 0
     assert seen == [(torch.device("cpu"), False)]
     assert f"Saved to {tmp_path / 'reference' / label}.json" in capsys.readouterr().out

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from rlgpu_helpers.agents import load_agent
 from rlgpu_helpers.cli import main
+from rlgpu_helpers.learn.agents import load_agent
 
 
 def test_train_then_play(tmp_path, capsys):

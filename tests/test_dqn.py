@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-
-from rlgpu_helpers.dqn import DQN, DQNConfig
-from rlgpu_helpers.training import make_learner, train
 from test_ppo import random_policy_mean_score
+
+from rlgpu_helpers.learn.dqn import DQN, DQNConfig
+from rlgpu_helpers.learn.training import make_learner, train
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,7 @@ def test_bad_config_raises(kwargs, message):
 
 
 def test_finished_games_store_their_real_last_observation():
-    dqn = DQN(DQNConfig(height=4, width=4, num_envs=32, steps_per_iteration=20, learning_starts=10**9))
+    dqn = DQN(DQNConfig(height=4, width=4, num_envs=32, steps_per_iteration=20, learning_starts=100_000))
     dqn.iterate(budget_used=0.0)  # epsilon 1: random play, many deaths on a 4x4 grid
     stored = dqn.buffer.size
     assert stored == 32 * 20

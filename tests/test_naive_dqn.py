@@ -5,20 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from rlgpu_helpers.bench import Record
-from rlgpu_helpers.naive_dqn import (
-    PARTS,
-    ArrayReplay,
-    ListReplay,
-    LoopSettings,
-    NaiveDQN,
-    evaluate,
-    evaluate_random,
-    measure_loop,
-    measure_rows,
-    run_naive_dqn,
-    tuning_rows,
-)
+from rlgpu_helpers.learn.evaluate import evaluate, evaluate_random
+from rlgpu_helpers.learn.naive_dqn import PARTS, LoopSettings, NaiveDQN, run_naive_dqn
+from rlgpu_helpers.replay.naive import ArrayReplay, DequeReplay
 
 SMALL = dict(height=6, width=6, hidden=32, learning_starts=50, buffer_size=1_000, num_threads=1)
 
@@ -34,35 +23,8 @@ def random_transitions(count, seed=0):
              rng.random(11, dtype=np.float32), bool(rng.random() < 0.2)) for _ in range(count)]
 
 
-def test_array_batches_equal_list_batches_for_the_same_indices():
-    transitions = random_transitions(100)
-    as_list, as_arrays = ListReplay(200), ArrayReplay(200, (11,))
-    fill(as_list, transitions)
-    fill(as_arrays, transitions)
-    assert len(as_list) == len(as_arrays) == 100
-    indices = np.random.default_rng(1).integers(0, 100, size=64)
-    for from_list, from_arrays in zip(as_list.batch(indices), as_arrays.batch(indices)):
-        assert from_list.dtype == from_arrays.dtype
-        assert torch.equal(from_list, from_arrays)
-
-
-def test_both_memories_keep_the_newest_transitions_when_full():
-    transitions = random_transitions(25)
-    as_list, as_arrays = ListReplay(10), ArrayReplay(10, (11,))
-    fill(as_list, transitions)
-    fill(as_arrays, transitions)
-    assert len(as_list) == len(as_arrays) == 10
-    every = np.arange(10)
-    # Same transitions, stored in a different order once the ring wraps: compare sorted rows.
-    rows = [torch.cat([field.reshape(10, -1).float() for field in memory.batch(every)], dim=1)
-            for memory in (as_list, as_arrays)]
-    newest = torch.tensor(np.array([t[0] for t in transitions[-10:]]))
-    assert torch.equal(torch.sort(rows[0][:, 0]).values, torch.sort(rows[1][:, 0]).values)
-    assert torch.equal(torch.sort(rows[0][:, 0]).values, torch.sort(newest[:, 0]).values)
-
-
 def test_the_memory_follows_the_array_batches_switch():
-    assert isinstance(NaiveDQN(LoopSettings(**SMALL)).memory, ListReplay)
+    assert isinstance(NaiveDQN(LoopSettings(**SMALL)).memory, DequeReplay)
     assert isinstance(NaiveDQN(LoopSettings(**SMALL, array_batches=True)).memory, ArrayReplay)
 
 
@@ -144,66 +106,24 @@ def test_a_seconds_budget_stops_the_run():
     assert 0.3 <= result.seconds < 3.0
 
 
-def test_measure_loop_times_segments_after_the_warm_up():
-    settings = LoopSettings(**SMALL)
-    measured = measure_loop(settings, steps=40, repeats=3, progress=False)
-    assert len(measured.runs) == 3
-    assert all(run.steps == 40 and run.updates == 40 for run in measured.runs)  # all after learning starts
-    rates = sorted(run.steps_per_second for run in measured.runs)
-    assert measured.steps_per_second == pytest.approx(rates[1])
-    assert set(measured.microseconds_per_step()) == set(PARTS)
-    record = measured.record("baseline", "cpu-test-1c")
-    assert isinstance(record, Record) and record.unit == "steps/s" and record.spread is not None
-    assert record.params["steps"] == 40 and record.params["repeats"] == 3
-
-
-def test_measure_rows_times_every_row_in_turn():
-    rows = {"baseline": LoopSettings(**SMALL), "learn every 2": LoopSettings(**SMALL, learn_every=2)}
-    measured = measure_rows(rows, steps=30, repeats=2, progress=False)
-    assert list(measured) == list(rows)
-    for name, measurement in measured.items():
-        assert measurement.settings == rows[name]
-        assert [run.steps for run in measurement.runs] == [30, 30]
-    assert [run.updates for run in measured["learn every 2"].runs] == [15, 15]
-    with pytest.raises(ValueError, match="rows="):
-        measure_rows({}, progress=False)
-
-
-def test_tuning_rows_change_one_thing_each_then_all_switches():
-    rows = tuning_rows()
-    base = rows["baseline"]
-    assert base == LoopSettings()
-    changed = {name: {f for f in base.__dataclass_fields__ if getattr(s, f) != getattr(base, f)}
-               for name, s in rows.items()}
-    assert changed["inference_mode for acting"] == {"inference_mode"}
-    assert changed["zero_grad(set_to_none=True)"] == {"set_to_none"}
-    assert changed["learn every 4 steps"] == {"learn_every"}
-    assert changed["batches from arrays"] == {"array_batches"}
-    assert changed["1 thread"] == {"num_threads"}
-    assert changed["batch size 64"] == {"batch_size"}
-    assert changed["all together"] == {"inference_mode", "set_to_none", "learn_every", "array_batches",
-                                       "num_threads"}
-    assert tuning_rows(together_threads=None)["all together"].num_threads is None
-
-
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "kwargs, error, message",
     [
-        (dict(learn_every=0), r"learn_every=0 must be an int >= 1"),
-        (dict(batch_size=1.5), r"batch_size=1.5 must be an int >= 1"),
-        (dict(num_threads=0), r"num_threads=0 must be an int >= 1"),
-        (dict(inference_mode=1), r"inference_mode=1 must be True or False"),
-        (dict(gamma=1.5), r"gamma=1.5 must be a finite number >= 0 and <= 1"),
-        (dict(learning_rate=-1e-3), r"learning_rate=-0.001 must be a finite number > 0"),
-        (dict(batch_size=64, buffer_size=32), r"batch_size=64 must not exceed buffer_size=32"),
-        (dict(obs_type="pixels"), r"pixels"),
-        (dict(height=3), r"3"),
-        (dict(seed=-1), r"seed=-1"),
-        (dict(learning_starts=-5), r"learning_starts=-5 must be an int >= 0"),
+        (dict(learn_every=0), ValueError, r"learn_every=0 must be an int >= 1"),
+        (dict(batch_size=1.5), TypeError, r"batch_size=1.5 must be an int"),
+        (dict(num_threads=0), ValueError, r"num_threads=0 must be an int >= 1"),
+        (dict(inference_mode=1), TypeError, r"inference_mode=1 must be True or False"),
+        (dict(gamma=1.5), ValueError, r"gamma=1.5 must be a finite number >= 0 and <= 1"),
+        (dict(learning_rate=-1e-3), ValueError, r"learning_rate=-0.001 must be a finite number > 0"),
+        (dict(batch_size=64, buffer_size=32), ValueError, r"batch_size=64 must not exceed buffer_size=32"),
+        (dict(obs_type="pixels"), ValueError, r"obs_type='pixels' must be one of"),
+        (dict(height=3), ValueError, r"height=3 must be an int in"),
+        (dict(seed=-1), ValueError, r"seed=-1 must be a seed"),
+        (dict(learning_starts=-5), ValueError, r"learning_starts=-5 must be an int >= 0"),
     ],
 )
-def test_bad_settings_raise_naming_parameter_and_value(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_settings_raise_naming_parameter_and_value(kwargs, error, message):
+    with pytest.raises(error, match=message):
         LoopSettings(**kwargs)
 
 
@@ -238,23 +158,3 @@ def test_the_naive_dqn_beats_random_play_on_a_small_grid():
     result = run_naive_dqn(settings, steps=3_000, progress=False)
     score = evaluate(result.q_network, 50, seed=1, height=6, width=6).mean()
     assert score > random_score + 3.0, (score, random_score)
-
-
-def test_measure_tunings_gives_one_cpu_record_per_row(monkeypatch):
-    import rlgpu_helpers.naive_dqn as naive_dqn
-
-    small = {"baseline": LoopSettings(**SMALL), "all together": LoopSettings(**SMALL, learn_every=4)}
-    real = naive_dqn.measure_rows
-    monkeypatch.setattr(naive_dqn, "measure_rows",
-                        lambda progress: real(small, steps=20, repeats=1, progress=progress))
-    records = naive_dqn.measure_tunings("cpu", progress=False)
-    assert [r.variant for r in records] == ["baseline", "all together"]
-    assert all(r.name == "naive-dqn" and r.unit == "steps/s" and r.machine.startswith("cpu-") for r in records)
-
-
-def test_measure_tunings_refuses_a_gpu(monkeypatch):
-    import rlgpu_helpers.naive_dqn as naive_dqn
-
-    monkeypatch.setattr(naive_dqn, "get_device", lambda device: torch.device("cuda"))
-    with pytest.raises(ValueError, match="device='cuda': the naive DQN runs on the CPU only"):
-        naive_dqn.measure_tunings("cuda", progress=False)

@@ -2,6 +2,7 @@
 
 import os
 import re
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from rlgpu_helpers.ppo import PPO, PPOConfig, compute_gae
-from rlgpu_helpers.training import make_learner, train
+from rlgpu_helpers.learn.ppo import PPO, PPOConfig, compute_gae
+from rlgpu_helpers.learn.training import make_learner, train
 
 
 def test_gae_matches_a_hand_computed_rollout():
@@ -79,7 +79,7 @@ def test_truncated_games_bootstrap_and_terminated_games_do_not():
 
 
 def random_policy_mean_score(height, width, games=2000, seed=0):
-    from rlgpu_helpers.snake import VecSnake
+    from rlgpu_helpers.snake.vec import VecSnake
 
     env = VecSnake(games, height, width, seed=seed)
     generator = torch.Generator().manual_seed(seed)

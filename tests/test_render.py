@@ -7,9 +7,15 @@ import pytest
 from matplotlib.animation import FuncAnimation
 from PIL import Image
 
-from rlgpu_helpers.snake import SnakeEnv, SnakeState, animate_states, render_state, save_animation, show_animation
 from rlgpu_helpers.snake import render
-from rlgpu_helpers.snake.rules import LEFT
+from rlgpu_helpers.snake.env import SnakeEnv
+from rlgpu_helpers.snake.render import (
+    animate_states,
+    render_state,
+    save_animation,
+    show_animation,
+)
+from rlgpu_helpers.snake.rules import LEFT, SnakeState
 
 # Head (1, 1) heading left; the body bends down and right; (2, 1) is the tail.
 STATE = SnakeState(((1, 1), (1, 2), (2, 2), (3, 2), (3, 1), (2, 1)), LEFT, (0, 4))
@@ -69,9 +75,9 @@ def test_render_state_of_a_won_game_has_no_food():
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"state": ((1, 1), (1, 2), (1, 3))}, TypeError, "state must be a SnakeState, got tuple"),
     ({"state": SnakeState(((1, 1), (1, 2), (1, 3)), LEFT, (9, 9))}, ValueError, r"\(9, 9\) is off"),
-    ({"cell_px": 2}, ValueError, "cell_px must be at least 4, got 2"),
-    ({"cell_px": 8.0}, TypeError, "cell_px must be an int, got 8.0"),
-    ({"height": 3}, ValueError, "height .*got 3"),
+    ({"cell_px": 2}, ValueError, "cell_px=2 must be an int >= 4"),
+    ({"cell_px": 8.0}, TypeError, "cell_px=8.0 must be an int"),
+    ({"height": 3}, ValueError, "height=3 must be"),
 ])
 def test_render_state_rejects_bad_input(kwargs, error, message):
     arguments = {"state": STATE, "height": 5, "width": 6, "cell_px": PX, **kwargs}

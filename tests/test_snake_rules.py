@@ -24,7 +24,7 @@ def test_check_grid_size_accepts_4_to_64(height, width):
     (3, 10, "height", "3"), (10, 65, "width", "65"), (0, 10, "height", "0"), (10, -4, "width", "-4"),
 ])
 def test_check_grid_size_rejects_out_of_range_naming_the_value(height, width, name, value):
-    with pytest.raises(ValueError, match=f"{name} .*{value}"):
+    with pytest.raises(ValueError, match=f"{name}={value} must be an int in"):
         rules.check_grid_size(height, width)
 
 
@@ -58,7 +58,7 @@ def test_check_action_accepts_ints(action):
 
 @pytest.mark.parametrize("bad", [3, -1, 100])
 def test_check_action_rejects_out_of_range_naming_the_value(bad):
-    with pytest.raises(ValueError, match=f"got {bad}"):
+    with pytest.raises(ValueError, match=rf"action={bad} must be an int in \[0, 2\]"):
         rules.check_action(bad)
 
 
@@ -102,14 +102,14 @@ def test_validate_state_accepts_valid_states():
     (SnakeState(((1, 1), (1, 2), (1, 1)), LEFT, (0, 4)), ValueError, "repeated cells"),
     (SnakeState(((1, 1), (1, 2), (3, 2)), LEFT, (0, 4)), ValueError, r"not contiguous: \(1, 2\)"),
     (SnakeState(SQUARE_BODY, RIGHT, (0, 4)), ValueError, "direction 1 does not match"),
-    (SnakeState(SQUARE_BODY, 4, (0, 4)), ValueError, "direction must be in 0..3, got 4"),
-    (SnakeState(SQUARE_BODY, 3.0, (0, 4)), TypeError, "direction must be an int"),
+    (SnakeState(SQUARE_BODY, 4, (0, 4)), ValueError, r"state.direction=4 must be an int in \[0, 3\]"),
+    (SnakeState(SQUARE_BODY, 3.0, (0, 4)), TypeError, "state.direction=3.0 must be an int"),
     (SnakeState(SQUARE_BODY, LEFT, (2, 2)), ValueError, r"food \(2, 2\) is on the body"),
     (SnakeState(SQUARE_BODY, LEFT, (5, 0)), ValueError, r"food \(5, 0\) is off"),
     (SnakeState(SQUARE_BODY, LEFT, None), ValueError, "food is None but the board is not full"),
-    (SnakeState(SQUARE_BODY, LEFT, (0, 4), 25), ValueError, "steps_since_food .*got 25"),
-    (SnakeState(SQUARE_BODY, LEFT, (0, 4), -1), ValueError, "steps_since_food .*got -1"),
-    (SnakeState(SQUARE_BODY, LEFT, (0, 4), 1.5), TypeError, "steps_since_food must be an int"),
+    (SnakeState(SQUARE_BODY, LEFT, (0, 4), 25), ValueError, r"state.steps_since_food=25 must be an int in \[0, 24\]"),
+    (SnakeState(SQUARE_BODY, LEFT, (0, 4), -1), ValueError, "state.steps_since_food=-1 must be"),
+    (SnakeState(SQUARE_BODY, LEFT, (0, 4), 1.5), TypeError, "state.steps_since_food=1.5 must be an int"),
 ])
 def test_validate_state_names_what_is_wrong(state, error, message):
     with pytest.raises(error, match=message):

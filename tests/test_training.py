@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from rlgpu_helpers.checkpoint import load_checkpoint
-from rlgpu_helpers.training import load_learner, make_learner, train
+from rlgpu_helpers.learn.checkpoint import load_checkpoint
+from rlgpu_helpers.learn.training import load_learner, make_learner, train
 
 SMALL = dict(height=6, width=6, num_envs=32, num_steps=16, hidden=16)
 ITERATION = 32 * 16  # env steps in one PPO iteration with SMALL

@@ -10,7 +10,10 @@ from gymnasium.vector import AutoresetMode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlgpu_helpers.snake import SnakeEnv, SnakeState, VecSnake, rules
+from rlgpu_helpers.snake import rules
+from rlgpu_helpers.snake.env import SnakeEnv
+from rlgpu_helpers.snake.rules import SnakeState
+from rlgpu_helpers.snake.vec import VecSnake
 
 
 def random_state(rng: random.Random, height: int, width: int, max_steps: int) -> SnakeState:
@@ -301,13 +304,16 @@ def test_bad_actions_raise_and_leave_the_env_unchanged(actions, error, message):
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        (dict(num_envs=0), ValueError, "num_envs must be at least 1, got 0"),
-        (dict(num_envs=2.5), TypeError, "num_envs must be an int"),
-        (dict(height=3), ValueError, "height must be between 4 and 64, got 3"),
-        (dict(width=65), ValueError, "width must be between 4 and 64, got 65"),
-        (dict(obs_type="pixels"), ValueError, "obs_type must be one of"),
-        (dict(max_steps_without_food=0), ValueError, "max_steps_without_food must be at least 1"),
-        (dict(seed=-1), ValueError, "seed must be a non-negative int"),
+        (dict(num_envs=0), ValueError, "num_envs=0 must be an int >= 1"),
+        (dict(num_envs=2.5), TypeError, "num_envs=2.5 must be an int"),
+        (dict(height=3), ValueError, r"height=3 must be an int in \[4, 64\]"),
+        (dict(width=65), ValueError, r"width=65 must be an int in \[4, 64\]"),
+        (dict(obs_type="pixels"), ValueError, "obs_type='pixels' must be one of"),
+        (dict(max_steps_without_food=0), ValueError, "max_steps_without_food=0 must be an int >= 1"),
+        (dict(seed=-1), ValueError, "seed=-1 must be a seed in"),
+        (dict(seed=2**64), ValueError, "seed=18446744073709551616 must be a seed in"),
+        (dict(seed=1.0), TypeError, "seed=1.0 must be an int seed"),
+        (dict(check_action_values="yes"), TypeError, "check_action_values='yes' must be True or False"),
         (dict(device="gpu"), ValueError, "device='gpu' is not a device"),
     ],
 )

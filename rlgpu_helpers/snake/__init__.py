@@ -1,23 +1,9 @@
-"""Snake: the rules, the NumPy env, the batched tensor env and rendering (introduced in notebook 01)."""
+"""The game: Snake's rules, one game in NumPy, many games as tensors, pictures, a player.
 
-from .env import SNAKE_ENV_ID, SnakeEnv
-from .render import animate_states, render_state, save_animation, show_animation
-from .rules import (
-    ACTION_NAMES,
-    DIRECTION_DELTAS,
-    DOWN,
-    LEFT,
-    MAX_SIZE,
-    MIN_SIZE,
-    NUM_ACTIONS,
-    NUM_FEATURES,
-    OBS_TYPES,
-    RIGHT,
-    START_LENGTH,
-    UP,
-    SnakeState,
-    observe,
-    validate_state,
-)
-
-from .vec import VecSnake
+- ``rules``: grid sizes, actions, the start position, ``SnakeState`` and the observations (01);
+- ``env``: ``SnakeEnv``, one game, a ``gymnasium.Env`` (01);
+- ``render``: images and animations of states (01);
+- ``widgets``: ``SnakePlayer``, play by hand in a notebook (01);
+- ``cpu_vector``: many ``SnakeEnv`` through gymnasium's Sync/AsyncVectorEnv (03);
+- ``vec``: ``VecSnake``, N games as tensors on any device, no host syncs in ``step`` (03, 04).
+"""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import numbers
 import re
 from io import BytesIO
 from pathlib import Path
@@ -17,7 +16,7 @@ from tempfile import TemporaryDirectory
 
 import numpy as np
 
-from ..config import check_number
+from ..core.checks import check_int, check_number
 from . import rules
 from .rules import SnakeState
 
@@ -148,7 +147,4 @@ def png_bytes(image: np.ndarray) -> bytes:
 
 
 def _check_cell_px(cell_px) -> None:
-    if isinstance(cell_px, bool) or not isinstance(cell_px, numbers.Integral):
-        raise TypeError(f"cell_px must be an int, got {cell_px!r}")
-    if cell_px < 4:
-        raise ValueError(f"cell_px must be at least 4, got {cell_px}")
+    check_int("cell_px", cell_px, 4)

@@ -11,10 +11,11 @@ Actions are relative to the heading: 0 straight, 1 turn right, 2 turn left.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..core.checks import check_choice, check_int
 
 MIN_SIZE, MAX_SIZE = 4, 64
 START_LENGTH = 3
@@ -73,42 +74,25 @@ class SnakeState:
 
 def check_grid_size(height, width) -> tuple[int, int]:
     """Return ``(height, width)`` as ints, or raise naming the bad parameter."""
-    for name, value in (("height", height), ("width", width)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-        if not MIN_SIZE <= value <= MAX_SIZE:
-            raise ValueError(f"{name} must be between {MIN_SIZE} and {MAX_SIZE}, got {value}")
-    return int(height), int(width)
+    return check_int("height", height, MIN_SIZE, MAX_SIZE), check_int("width", width, MIN_SIZE, MAX_SIZE)
 
 
 def check_obs_type(obs_type) -> str:
-    if obs_type not in OBS_TYPES:
-        raise ValueError(f"obs_type must be one of {OBS_TYPES}, got {obs_type!r}")
-    return obs_type
+    return check_choice("obs_type", obs_type, OBS_TYPES)
 
 
 def check_max_steps_without_food(max_steps_without_food, height: int, width: int) -> int:
     """The truncation limit; ``None`` means the default ``height * width``."""
     if max_steps_without_food is None:
         return height * width
-    value = max_steps_without_food
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"max_steps_without_food must be an int or None, got {value!r}")
-    if value < 1:
-        raise ValueError(f"max_steps_without_food must be at least 1, got {value}")
-    return int(value)
+    return check_int("max_steps_without_food", max_steps_without_food, 1)
 
 
 def check_action(action) -> int:
     """Return a single action as an int, or raise naming the bad value. Never clamps."""
-    if isinstance(action, (bool, np.bool_)) or not isinstance(action, numbers.Integral):
-        if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
-            action = action.item()
-        else:
-            raise TypeError(f"action must be an int in 0..{NUM_ACTIONS - 1}, got {action!r}")
-    if not 0 <= action < NUM_ACTIONS:
-        raise ValueError(f"action must be in 0..{NUM_ACTIONS - 1}, got {action}")
-    return int(action)
+    if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
+        action = action.item()  # a 0-d integer array, as gymnasium's spaces sample
+    return check_int("action", action, 0, NUM_ACTIONS - 1)
 
 
 def turn(direction: int, action: int) -> int:
@@ -143,11 +127,7 @@ def validate_state(state: SnakeState, height: int, width: int, max_steps_without
     for (r0, c0), (r1, c1) in zip(body, body[1:]):
         if abs(r0 - r1) + abs(c0 - c1) != 1:
             raise ValueError(f"state.body is not contiguous: {(r0, c0)} is not next to {(r1, c1)}")
-    direction = state.direction
-    if isinstance(direction, bool) or not isinstance(direction, numbers.Integral):
-        raise TypeError(f"state.direction must be an int in 0..3, got {direction!r}")
-    if not 0 <= direction < 4:
-        raise ValueError(f"state.direction must be in 0..3, got {direction}")
+    direction = check_int("state.direction", state.direction, 0, 3)
     dr, dc = DIRECTION_DELTAS[direction]
     if (body[0][0] - dr, body[0][1] - dc) != body[1]:
         # The neck must be behind the head: the head moved into its cell heading `direction`.
@@ -165,13 +145,7 @@ def validate_state(state: SnakeState, height: int, width: int, max_steps_without
             raise ValueError(f"state.food {state.food} is off the {height}x{width} grid")
         if state.food in set(body):
             raise ValueError(f"state.food {state.food} is on the body")
-    steps = state.steps_since_food
-    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
-        raise TypeError(f"state.steps_since_food must be an int, got {steps!r}")
-    if not 0 <= steps < max_steps_without_food:
-        raise ValueError(
-            f"state.steps_since_food must be in 0..{max_steps_without_food - 1}, got {steps}"
-        )
+    check_int("state.steps_since_food", state.steps_since_food, 0, max_steps_without_food - 1)
 
 
 def observation_shape(obs_type: str, height: int, width: int) -> tuple[int, ...]:

@@ -37,15 +37,14 @@ observation returned for them is the first of the next game, and ``info`` holds 
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..device import get_device, retain_freed_memory
+from ..core.checks import check_bool, check_int, check_seed
+from ..core.device import get_device, retain_freed_memory
 from . import rules
 from .rules import SnakeState
 
@@ -119,10 +118,7 @@ class VecSnake(VectorEnv):
         seed: int | None = None,
         check_action_values: bool = True,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, numbers.Integral):
-            raise TypeError(f"num_envs must be an int, got {num_envs!r}")
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be at least 1, got {num_envs}")
+        num_envs = check_int("num_envs", num_envs)
         self.height, self.width = rules.check_grid_size(height, width)
         self.obs_type = rules.check_obs_type(obs_type)
         self.max_steps_without_food = rules.check_max_steps_without_food(
@@ -132,7 +128,7 @@ class VecSnake(VectorEnv):
         self.device = get_device(device, param="device")
         if self.device.type == "cpu":
             retain_freed_memory()  # see its docstring: avoids a page fault storm every step
-        self.check_action_values = bool(check_action_values)
+        self.check_action_values = check_bool("check_action_values", check_action_values)
         self.render_mode = None
 
         obs_shape = rules.observation_shape(self.obs_type, self.height, self.width)
@@ -228,9 +224,7 @@ class VecSnake(VectorEnv):
     def _seed(self, seed: int | None):
         if seed is None:
             seed = int(np.random.SeedSequence().generate_state(1)[0])
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-            raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
-        seed = int(seed)
+        seed = check_seed("seed", seed)
         halves = _hash32(torch.tensor([seed & _MASK32, (seed >> 32) & _MASK32]))
         base = int(_hash32(halves[:1] ^ _hash32(halves[1:] + 1)).item())
         index = torch.arange(self.num_envs, dtype=torch.int64)
@@ -519,11 +513,7 @@ class VecSnake(VectorEnv):
         return self._observe()
 
     def _check_index(self, index) -> int:
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
-            raise TypeError(f"index must be an int, got {index!r}")
-        if not 0 <= index < self.num_envs:
-            raise ValueError(f"index must be in 0..{self.num_envs - 1}, got {index}")
-        return int(index)
+        return check_int("index", index, 0, self.num_envs - 1)
 
     def __repr__(self) -> str:
         return (

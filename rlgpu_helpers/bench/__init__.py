@@ -1,0 +1,16 @@
+"""The benchmark harness, and one suite per lesson.
+
+The harness:
+
+- ``timing``: ``time_callable``, warm-up, device sync, repeats, median and IQR (00);
+- ``records``: ``Record``, the JSON files and ``data/reference/`` (00);
+- ``report``: numbers, tables and plots of records (00);
+- ``suites``: the suites ``python -m rlgpu_helpers bench SUITE`` runs.
+
+The suites, each measuring what its lesson teaches:
+
+- ``ceilings``: matmul FLOP/s and memory GB/s of a device (00);
+- ``loop``: the naive DQN's loop and its cheap tunings (01, 02);
+- ``envs``: env steps/s of every way of running Snake games (03, 04);
+- ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11).
+"""

@@ -1,0 +1,364 @@
+"""Measuring environment throughput: how many Snake steps per second each way of running games gives.
+
+Introduced in notebook 03 (the ``envs`` bench suite: ``python -m rlgpu_helpers bench envs``).
+
+Four ways of running N games, all with random actions and no policy, so only the env is timed:
+
+* ``"SnakeEnv loop"``: one ``SnakeEnv`` stepped by a Python loop (N = 1), resetting it when a
+  game ends: the baseline;
+* ``"SyncVectorEnv"``: gymnasium's in-process vector of N ``SnakeEnv`` (a Python loop inside);
+* ``"AsyncVectorEnv"``: gymnasium's subprocess vector, one process per game, talking over pipes;
+* ``"VecSnake features"`` / ``"VecSnake grid"``: one ``VecSnake``, N games as tensors, with either
+  observation type.
+
+Every figure is a :class:`~rlgpu_helpers.bench.records.Record` named ``"env_step"``, metric
+``"throughput"``, unit ``"steps/s"`` (one step of one game; a vector step of N games counts N),
+with params ``{"num_envs", "obs_type", "device"}``. ``device`` says where the games ran: the
+gymnasium envs always run on the host CPU, ``VecSnake`` on the device asked for.
+
+How it is timed, and why. A shared machine is noisy in both directions (a neighbour's job slows a
+run down; a burst of turbo speeds one up), so each figure comes from several timed runs, each
+long enough (about 0.2 s at full size) to span many steps, after warm-up calls. The figure is the
+median steps/s over the runs, and its spread the interquartile range, so one disturbed run moves
+neither. Actions are drawn up front from a seeded generator and cycled through, so the random
+number generator is not what gets timed.
+
+:func:`heavy_env_throughput` runs the experiment of notebook 03 where each game's step is made
+artificially expensive (:class:`~rlgpu_helpers.snake.cpu_vector.BusyWaitWrapper`), to find the per-step
+cost at which subprocesses start to beat the in-process loop (:func:`async_crossover`).
+:func:`best_per_variant` picks, from any records, the number of games at which each variant was
+fastest.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from gymnasium.vector import AsyncVectorEnv
+from tqdm.auto import tqdm
+
+from ..core.checks import check_choices, check_int, check_ints, check_numbers
+from ..core.config import pick
+from ..core.device import device_report, get_device, logical_cores, machine_label
+from ..snake import rules
+from ..snake.cpu_vector import VECTOR_KINDS, make_cpu_vector_env
+from ..snake.env import SnakeEnv
+from ..snake.rules import NUM_ACTIONS, OBS_TYPES
+from ..snake.vec import VecSnake
+from .records import Record
+from .timing import time_callable
+
+NAME = "env_step"
+HEAVY_NAME = "env_step_heavy"
+METRIC = "throughput"
+UNIT = "steps/s"
+VARIANTS = {
+    "loop": "SnakeEnv loop",
+    "sync": "SyncVectorEnv",
+    "async": "AsyncVectorEnv",
+    "features": "VecSnake features",
+    "grid": "VecSnake grid",
+}
+_ACTION_SETS = 16  # pre-drawn action batches, cycled through
+_SEED = 0
+
+# A job is (variant, params, make, timed_on): make() builds the env and returns
+# (step, steps_per_call, close); timed_on is the device time_callable waits for.
+_Job = tuple[str, dict, Callable[[], tuple[Callable[[], object], int, Callable[[], None]]], torch.device]
+_CPU = torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------- sizes and checks
+
+def default_vec_num_envs() -> tuple[int, ...]:
+    """N for ``VecSnake``: 1 to 65,536 in powers of 4 at full size; 1, 16, 256 in quick mode."""
+    return pick(full=tuple(4**k for k in range(9)), quick=(1, 16, 256))
+
+
+def default_gym_num_envs() -> tuple[int, ...]:
+    """N for gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv``: 1 to 16; 1 and 4 in quick mode."""
+    return pick(full=(1, 2, 4, 8, 16), quick=(1, 4))
+
+
+def default_step_costs_s() -> tuple[float, ...]:
+    """Extra CPU seconds per game step for :func:`heavy_env_throughput`: 1 µs to 10 ms (2 costs in quick mode)."""
+    return pick(full=(1e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2), quick=(1e-5, 1e-3))
+
+
+def default_heavy_num_envs() -> int:
+    """Games in the heavy-env experiment: one per logical core (at least 2, at most 8)."""
+    cores = logical_cores() or 2
+    return min(8, max(2, cores))
+
+
+def _run_seconds() -> float:
+    return pick(full=0.2, quick=0.005)
+
+
+def _repeats() -> int:
+    return pick(full=9, quick=3)
+
+
+def _label(device) -> str:
+    return machine_label(device_report(device))
+
+
+# ---------------------------------------------------------------------------- env builders
+
+def _snake_loop(obs_type: str):
+    """One SnakeEnv in a Python loop, reset when a game ends: what a naive agent's loop does."""
+    env = SnakeEnv(obs_type=obs_type)
+    env.reset(seed=_SEED)
+    actions = np.random.default_rng(_SEED).integers(0, NUM_ACTIONS, size=1024).tolist()
+    count = len(actions)
+    state = {"i": 0}
+
+    def step():
+        i = state["i"]
+        state["i"] = i + 1
+        _, _, terminated, truncated, _ = env.step(actions[i % count])
+        if terminated or truncated:
+            env.reset()
+
+    return step, 1, env.close
+
+
+def _gym_vector(kind: str, num_envs: int, obs_type: str = "features", step_cost_s: float = 0.0):
+    env = make_cpu_vector_env(num_envs, kind=kind, seed=_SEED, step_cost_s=step_cost_s, obs_type=obs_type)
+    if kind == "async" and not isinstance(env, AsyncVectorEnv):
+        env.close()
+        raise _NoSubprocesses()
+    env.reset(seed=_SEED)
+    actions = list(np.random.default_rng(_SEED).integers(0, NUM_ACTIONS, size=(_ACTION_SETS, num_envs)))
+    return _cycling_steps(env, actions), num_envs, env.close
+
+
+def _vec_snake(num_envs: int, obs_type: str, device: torch.device):
+    env = VecSnake(num_envs, obs_type=obs_type, device=device, seed=_SEED, check_action_values=False)
+    generator = torch.Generator().manual_seed(_SEED)
+    actions = [torch.randint(0, NUM_ACTIONS, (num_envs,), generator=generator).to(device)
+               for _ in range(_ACTION_SETS)]
+    return _cycling_steps(env, actions), num_envs, env.close
+
+
+def _cycling_steps(env, actions: list):
+    """A callable that steps ``env`` once with the next of the pre-drawn ``actions``."""
+    state = {"i": 0}
+
+    def step():
+        i = state["i"]
+        state["i"] = i + 1
+        env.step(actions[i % len(actions)])
+
+    return step
+
+
+class _NoSubprocesses(Exception):
+    """AsyncVectorEnv fell back to SyncVectorEnv here (make_cpu_vector_env printed why)."""
+
+
+# ---------------------------------------------------------------------------- timing
+
+def _steps_per_second(step: Callable[[], object], steps_per_call: int,
+                      device: torch.device) -> tuple[float, float]:
+    """Median steps/s over the timed runs and its interquartile range.
+
+    Three probe calls (after a warm-up call) size each run to about ``_run_seconds()``.
+    """
+    probe = time_callable(step, warmup=1, repeats=3, device=device).median
+    number = max(1, math.ceil(_run_seconds() / max(probe, 1e-9)))
+    timing = time_callable(step, warmup=min(number, 10), repeats=_repeats(), number=number, device=device)
+    return timing.rate(steps_per_call)
+
+
+def _run_jobs(jobs: Sequence[_Job], name: str, machine: str, progress: bool, desc: str) -> list[Record]:
+    """Build, time and close each job's env in turn, with one progress bar across all of them."""
+    records = []
+    no_subprocesses = False
+    with tqdm(jobs, desc=desc, disable=not progress) as bar:
+        for variant, params, make, timed_on in bar:
+            bar.set_postfix_str(f"{variant}, N={params['num_envs']:,}", refresh=False)
+            if no_subprocesses and variant == VARIANTS["async"]:
+                continue
+            try:
+                step, steps_per_call, close = make()
+            except _NoSubprocesses:
+                no_subprocesses = True  # nothing measured: no record rather than a mislabelled one
+                continue
+            try:
+                value, spread = _steps_per_second(step, steps_per_call, timed_on)
+            finally:
+                close()
+            records.append(Record(name, variant, METRIC, value, UNIT, dict(params), spread, machine))
+    return records
+
+
+def _loop_jobs(obs_type: str) -> list[_Job]:
+    params = {"num_envs": 1, "obs_type": obs_type, "device": "cpu"}
+    return [(VARIANTS["loop"], params, lambda: _snake_loop(obs_type), _CPU)]
+
+
+def _gym_jobs(kinds, num_envs, obs_type: str) -> list[_Job]:
+    return [(VARIANTS[kind], {"num_envs": n, "obs_type": obs_type, "device": "cpu"},
+             lambda kind=kind, n=n: _gym_vector(kind, n, obs_type), _CPU)
+            for kind in kinds for n in num_envs]
+
+
+def _vec_jobs(num_envs, obs_types, device: torch.device) -> list[_Job]:
+    return [(VARIANTS[obs], {"num_envs": n, "obs_type": obs, "device": device.type},
+             lambda n=n, obs=obs: _vec_snake(n, obs, device), device)
+            for obs in obs_types for n in num_envs]
+
+
+# ---------------------------------------------------------------------------- public API
+
+def snake_loop_throughput(device: str | torch.device | None = "cpu", *, obs_type: str = "features",
+                          progress: bool = False) -> list[Record]:
+    """Steps/s of one ``SnakeEnv`` stepped by a Python loop: the baseline (one record).
+
+    The game runs on the host CPU whatever ``device`` is; ``device`` only chooses the record's
+    machine label, so that records of one run share it.
+    """
+    device = get_device(device)
+    rules.check_obs_type(obs_type)
+    return _run_jobs(_loop_jobs(obs_type), NAME, _label(device), progress, "SnakeEnv loop")
+
+
+def gym_vector_throughput(device: str | torch.device | None = "cpu", *, kinds=VECTOR_KINDS,
+                          num_envs=None, obs_type: str = "features", progress: bool = True) -> list[Record]:
+    """Steps/s of gymnasium's ``SyncVectorEnv`` and ``AsyncVectorEnv`` of N ``SnakeEnv`` each.
+
+    ``num_envs`` defaults to :func:`default_gym_num_envs`. Where subprocesses cannot start,
+    ``AsyncVectorEnv`` is skipped (no record; the reason is printed). The games run on the host
+    CPU; ``device`` only chooses the records' machine label.
+    """
+    device = get_device(device)
+    kinds = check_choices("kinds", kinds, VECTOR_KINDS)
+    num_envs = check_ints("num_envs", default_gym_num_envs() if num_envs is None else num_envs)
+    rules.check_obs_type(obs_type)
+    jobs = _gym_jobs(kinds, num_envs, obs_type)
+    return _run_jobs(jobs, NAME, _label(device), progress, "gymnasium vector envs")
+
+
+def vec_snake_throughput(device: str | torch.device | None = None, *, num_envs=None,
+                         obs_types=OBS_TYPES, progress: bool = True) -> list[Record]:
+    """Steps/s of ``VecSnake`` on ``device`` for each N and observation type.
+
+    ``num_envs`` defaults to :func:`default_vec_num_envs` (1 to 65,536 at full size). The env
+    runs without the per-step action check (``check_action_values=False``), as a training loop
+    that makes valid actions would.
+    """
+    device = get_device(device)
+    num_envs = check_ints("num_envs", default_vec_num_envs() if num_envs is None else num_envs)
+    obs_types = check_choices("obs_types", obs_types, OBS_TYPES)
+    return _run_jobs(_vec_jobs(num_envs, obs_types, device), NAME, _label(device), progress, "VecSnake")
+
+
+def measure_env_throughput(device: str | torch.device | None = None, progress: bool = True, *,
+                           vec_num_envs=None, gym_num_envs=None) -> list[Record]:
+    """The ``envs`` bench suite: every variant of :data:`VARIANTS`, one progress bar.
+
+    ``SnakeEnv`` in a Python loop, ``SyncVectorEnv`` and ``AsyncVectorEnv`` at
+    :func:`default_gym_num_envs` (features observations, on the host CPU), and ``VecSnake`` on
+    ``device`` at :func:`default_vec_num_envs` with both observation types. About a minute and a
+    half at full size on two CPU cores; seconds in quick mode.
+    """
+    device = get_device(device)
+    vec_num_envs = check_ints("vec_num_envs", default_vec_num_envs() if vec_num_envs is None else vec_num_envs)
+    gym_num_envs = check_ints("gym_num_envs", default_gym_num_envs() if gym_num_envs is None else gym_num_envs)
+    jobs = (_loop_jobs("features") + _gym_jobs(VECTOR_KINDS, gym_num_envs, "features")
+            + _vec_jobs(vec_num_envs, OBS_TYPES, device))
+    return _run_jobs(jobs, NAME, _label(device), progress, "envs")
+
+
+def heavy_env_throughput(step_costs_s=None, *, num_envs: int | None = None, kinds=VECTOR_KINDS,
+                         device: str | torch.device | None = "cpu", progress: bool = True) -> list[Record]:
+    """Steps/s of ``SyncVectorEnv`` vs ``AsyncVectorEnv`` when every game step costs extra CPU time.
+
+    Each game is wrapped in :class:`~rlgpu_helpers.snake.cpu_vector.BusyWaitWrapper`, which burns
+    ``step_cost_s`` seconds of CPU per step, standing in for a heavy simulator. Records are named
+    ``"env_step_heavy"`` with params ``{"step_cost_us", "num_envs", "obs_type", "device"}``
+    (the cost in microseconds, for plotting). ``step_costs_s`` defaults to
+    :func:`default_step_costs_s`, ``num_envs`` to :func:`default_heavy_num_envs` (one game per
+    core, so each subprocess can have a core). ``device`` only chooses the machine label.
+    """
+    device = get_device(device)
+    costs = check_numbers("step_costs_s", default_step_costs_s() if step_costs_s is None else step_costs_s,
+                          at_least=0, below=1)
+    n = check_int("num_envs", default_heavy_num_envs() if num_envs is None else num_envs)
+    kinds = check_choices("kinds", kinds, VECTOR_KINDS)
+    jobs = [(VARIANTS[kind],
+             {"step_cost_us": round(cost * 1e6, 3), "num_envs": n, "obs_type": "features", "device": "cpu"},
+             lambda kind=kind, cost=cost: _gym_vector(kind, n, "features", cost), _CPU)
+            for cost in costs for kind in kinds]
+    return _run_jobs(jobs, HEAVY_NAME, _label(device), progress, "heavy env")
+
+
+# ---------------------------------------------------------------------------- reading the records
+
+def _check_same_measure(records, name: str) -> list[Record]:
+    records = list(records)
+    bad = [r for r in records if not isinstance(r, Record)]
+    if bad:
+        raise TypeError(f"{name} must hold only Record objects, not {bad[0]!r}")
+    if not records:
+        raise ValueError(f"{name}=[] holds no records")
+    measures = sorted({(r.metric, r.unit) for r in records})
+    if len(measures) != 1:
+        raise ValueError(f"{name} mix metrics/units {measures}: pass records of one metric")
+    return records
+
+
+def best_per_variant(records: Sequence[Record], x: str = "num_envs") -> list[Record]:
+    """For each (machine, benchmark, variant), the record with the highest value.
+
+    With env throughput records this is the number of games (``record.params[x]``) at which each
+    variant ran fastest. Every record must carry the parameter ``x``; ties go to the smaller
+    ``x``. The result keeps the order in which the groups first appear.
+    """
+    records = _check_same_measure(records, "records")
+    if not isinstance(x, str) or not x:
+        raise ValueError(f"x={x!r} must be the name of a parameter, such as 'num_envs'")
+    best: dict[tuple, Record] = {}
+    for record in records:
+        if x not in record.params:
+            raise ValueError(f"x={x!r}: record {record.name}/{record.variant} on {record.machine} "
+                             f"has params {record.params}, without {x!r}")
+        key = (record.machine, record.name, record.variant)
+        held = best.get(key)
+        if held is None or (record.value, -record.params[x]) > (held.value, -held.params[x]):
+            best[key] = record
+    return list(best.values())
+
+
+def async_crossover(records: Sequence[Record]) -> float | None:
+    """The smallest per-step cost (µs) from which ``AsyncVectorEnv`` beats ``SyncVectorEnv``.
+
+    Reads the records of :func:`heavy_env_throughput` (one machine): the first measured
+    ``step_cost_us`` at which the async figure exceeds the sync one and stays above it at every
+    larger cost. None when async never wins, or where only one kind was measured.
+    """
+    records = _check_same_measure(records, "records")
+    machines = sorted({r.machine for r in records})
+    if len(machines) != 1:
+        raise ValueError(f"records come from machines {machines}: pass one machine's records")
+    by_kind: dict[str, dict[float, float]] = {}
+    for record in records:
+        if "step_cost_us" not in record.params:
+            raise ValueError(f"records: {record.name}/{record.variant} has params {record.params}, "
+                             "without 'step_cost_us' (not from heavy_env_throughput)")
+        by_kind.setdefault(record.variant, {})[record.params["step_cost_us"]] = record.value
+    sync, asynchronous = by_kind.get(VARIANTS["sync"]), by_kind.get(VARIANTS["async"])
+    if not sync or not asynchronous:
+        return None
+    costs = sorted(set(sync) & set(asynchronous))
+    crossover = None
+    for cost in reversed(costs):
+        if asynchronous[cost] > sync[cost]:
+            crossover = cost
+        else:
+            break
+    return crossover

@@ -1,0 +1,38 @@
+"""The benchmark suites: what ``python -m rlgpu_helpers bench SUITE`` runs (introduced in notebook 00).
+
+Each suite measures what one lesson teaches and returns a list of
+:class:`~rlgpu_helpers.bench.records.Record`. A suite is a function ``(device, progress) ->
+list[Record]`` and the devices it can measure: the naive DQN's loop runs on the CPU only, so
+on a GPU machine ``bench loop`` measures that machine's CPU. ``tools/gpu_sweep.py`` runs every
+suite here on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+
+from .ceilings import measure_ceilings
+from .envs import measure_env_throughput
+from .loop import measure_tunings
+from .records import Record
+from .time_to_score import measure_training
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A benchmark suite: its function, the lesson it belongs to, and whether it runs on the CPU only."""
+
+    run: Callable[[torch.device, bool], list[Record]]
+    lesson: str
+    cpu_only: bool = False
+
+
+SUITES = {
+    "ceilings": Suite(measure_ceilings, "00: matmul FLOP/s and memory GB/s of the device"),
+    "loop": Suite(measure_tunings, "02: the naive DQN's loop and its cheap tunings", cpu_only=True),
+    "envs": Suite(measure_env_throughput, "03, 04: env steps/s of every way of running Snake"),
+    "training": Suite(measure_training, "11: time to a mean score, PPO against the baselines"),
+}

@@ -1,0 +1,251 @@
+"""Time-to-score: three ways to train Snake, each given the same wall-clock budget (notebook 11).
+
+* ``ours``: ``PPO`` on ``VecSnake``, everything on one device (this course's result);
+* ``sb3``: stable-baselines3 PPO with its default settings on ``SnakeEnv`` in 8 subprocesses
+  (``SubprocVecEnv``), what many users would pick; needs the optional extra ``compare``
+  (``pip install -e ".[compare]"``);
+* ``naive``: the single-env DQN of notebook 01.
+
+Each run returns a ``Curve``: points of (seconds, env steps, mean score of the last 100 finished
+games), from which ``curve_records`` makes benchmark records: end-to-end steps/s, the final mean
+score, and the seconds until the mean score first reached each threshold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+from ..learn.training import ScoreCurve
+from .records import Record
+from .report import Table, format_number
+
+SETUPS = {
+    "ours": "PPO on VecSnake (this course)",
+    "sb3": "stable-baselines3 PPO, 8 subprocess envs",
+    "naive": "naive single-env DQN (notebook 01)",
+}
+
+
+@dataclasses.dataclass
+class Curve:
+    """A learning curve: ``points`` are dicts with seconds, env_steps, mean_score, episodes."""
+
+    setup: str
+    seconds: float
+    env_steps: int
+    points: list[dict]
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.env_steps / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def final_mean_score(self) -> float | None:
+        return self.points[-1]["mean_score"] if self.points else None
+
+    def seconds_to_score(self, score: float) -> float | None:
+        """When the mean of the last 100 scores first reached ``score`` (None: never)."""
+        for point in self.points:
+            if point["mean_score"] is not None and point["mean_score"] >= score:
+                return point["seconds"]
+        return None
+
+
+def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool = False, **settings) -> Curve:
+    """This course's PPO on ``VecSnake`` for ``seconds`` (settings: any ``PPOConfig`` field)."""
+    from ..learn.training import make_learner, train
+
+    learner = make_learner("ppo", seed=seed, device=str(device), **settings)
+    result = train(learner, seconds=seconds, progress=progress)
+    return Curve("ours", result.seconds, result.env_steps, result.curve)
+
+
+def _snake_env(height, width, obs_type):
+    from ..snake.env import SnakeEnv
+
+    return SnakeEnv(height, width, obs_type=obs_type)
+
+
+def sb3_available() -> bool:
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_sb3(seconds: float, seed: int = 0, num_envs: int = 8, height: int = 10, width: int = 10,
+            obs_type: str = "features") -> Curve:
+    """stable-baselines3 PPO (default hyperparameters, MlpPolicy, CPU) in ``num_envs`` subprocesses."""
+    if not sb3_available():
+        raise ImportError("stable-baselines3 is not installed: pip install -e \".[compare]\"")
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    curve = ScoreCurve()
+
+    class Budget(BaseCallback):
+        def _on_training_start(self):
+            self.start = time.perf_counter()
+
+        def _on_step(self):
+            dones, infos = self.locals["dones"], self.locals["infos"]
+            curve.add([info["score"] for info, done in zip(infos, dones) if done])
+            elapsed = time.perf_counter() - self.start
+            curve.point(elapsed, self.num_timesteps)
+            return elapsed < seconds
+
+    envs = SubprocVecEnv([functools.partial(_snake_env, height, width, obs_type) for _ in range(num_envs)])
+    try:
+        envs.seed(seed)
+        # device="cpu": SB3 recommends the CPU for MLP policies (on a GPU it warns and runs slower).
+        model = SB3PPO("MlpPolicy", envs, seed=seed, device="cpu", verbose=0)
+        budget = Budget()
+        model.learn(total_timesteps=10**12, callback=budget)
+        elapsed = time.perf_counter() - budget.start
+        curve.point(elapsed, model.num_timesteps, force=True)
+    finally:
+        envs.close()
+    return Curve("sb3", elapsed, model.num_timesteps, curve.points)
+
+
+def run_naive(seconds: float, seed: int = 0, segment_s: float = 5.0) -> Curve:
+    """The naive DQN of notebook 01, run in segments so its learning curve can be recorded."""
+    from ..learn.naive_dqn import LoopSettings, NaiveDQN
+
+    agent = NaiveDQN(LoopSettings(seed=seed))
+    curve, spent, steps = ScoreCurve(), 0.0, 0
+    while spent < seconds:
+        result = agent.run(seconds=min(segment_s, seconds - spent), progress=False)
+        spent += result.seconds
+        steps += result.steps
+        curve.add(result.episode_scores)
+        curve.point(spent, steps, force=True)
+    return Curve("naive", spent, steps, curve.points)
+
+
+def curve_records(curve: Curve, machine: str, budget_s: float, seed: int,
+                  thresholds=(5, 10, 20)) -> list[Record]:
+    """Steps/s, final mean score and seconds to each score threshold, as benchmark records."""
+    params = {"budget_s": budget_s, "seed": seed}
+    variant = SETUPS[curve.setup]
+    records = [Record("training", variant, "throughput", curve.steps_per_second, "steps/s", params, None, machine)]
+    if curve.final_mean_score is not None:
+        records.append(Record("training", variant, "final mean score", curve.final_mean_score, "food",
+                              params, None, machine))
+    for score in thresholds:
+        when = curve.seconds_to_score(score)
+        if when is not None:
+            records.append(Record("training", variant, f"seconds to mean score {score}", when, "s",
+                                  params, None, machine))
+    return records
+
+
+def summary_table(curves: list[Curve], thresholds=(10, 20)) -> Table:
+    """One row per run: steps/s, speedup over each other setup, final score, time to scores."""
+    def cell(value):
+        return "—" if value is None else format_number(value)
+
+    first = {}
+    for curve in curves:
+        first.setdefault(curve.setup, curve)
+    columns = ["setup", "seconds (s)", "env steps", "throughput (steps/s)"]
+    columns += [f"speedup vs {other} (x)" for other in first if other != "ours"]
+    columns += ["final mean score (food)"] + [f"time to mean score {t} (s)" for t in thresholds]
+    rows = []
+    for curve in curves:
+        row = [SETUPS[curve.setup], format_number(curve.seconds), f"{curve.env_steps:,}",
+               format_number(curve.steps_per_second)]
+        for other in first:
+            if other != "ours":
+                row.append(cell(curve.steps_per_second / first[other].steps_per_second) if curve.setup == "ours" else "")
+        row += [cell(curve.final_mean_score)] + [cell(curve.seconds_to_score(t)) for t in thresholds]
+        rows.append(row)
+    return Table(columns, rows, [False] + [True] * (len(columns) - 1))
+
+
+def seed_summary(records: list[Record]) -> Table:
+    """Per machine and setup, over the seeds on file: mean and standard deviation of each metric."""
+    import statistics
+
+    groups = {}
+    for r in records:
+        if r.name == "training":
+            groups.setdefault((r.machine, r.variant), {}).setdefault((r.metric, r.unit), []).append(r.value)
+    metrics = list(dict.fromkeys(m for by_metric in groups.values() for m in by_metric))
+    columns = ["machine", "setup", "runs"] + [f"{metric} ({unit}), mean ± sd" for metric, unit in metrics]
+    rows = []
+    for (machine, variant), by_metric in sorted(groups.items()):
+        runs = max(len(v) for v in by_metric.values())
+        row = [machine, variant, str(runs)]
+        for metric in metrics:
+            values = by_metric.get(metric, [])
+            if not values:
+                row.append("—")
+                continue
+            text = format_number(statistics.mean(values))
+            if len(values) > 1:
+                text += f" ± {format_number(statistics.stdev(values))}"
+            if len(values) < runs:
+                text += f" ({len(values)} of {runs} runs)"
+            row.append(text)
+        rows.append(row)
+    return Table(columns, rows, [False, False] + [True] * (len(columns) - 2))
+
+
+def plot_curves(curves: list[Curve], title: str = "Learning Snake: mean score of the last 100 games"):
+    """Mean score against wall-clock seconds (left) and against env steps (right, log scale)."""
+    import matplotlib.pyplot as plt
+
+    fig, (by_time, by_steps) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for curve in curves:
+        points = [p for p in curve.points if p["mean_score"] is not None]
+        label = SETUPS[curve.setup]
+        by_time.plot([p["seconds"] for p in points], [p["mean_score"] for p in points], label=label)
+        by_steps.plot([max(p["env_steps"], 1) for p in points], [p["mean_score"] for p in points], label=label)
+    by_time.set_xlabel("wall-clock time (s)")
+    by_steps.set_xlabel("env steps (log scale)")
+    by_steps.set_xscale("log")
+    for ax in (by_time, by_steps):
+        ax.set_ylabel("mean score (food eaten)")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    by_time.legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def measure_training(device, progress: bool = True) -> list[Record]:
+    """The ``bench training`` suite: every setup for the same budget (ours over several seeds).
+
+    Full size: 300 s per run, our PPO with seeds 0, 1, 2, the others with seed 0 (25 minutes).
+    stable-baselines3 is skipped, with a printed note, where it is not installed.
+    """
+    from tqdm.auto import tqdm
+
+    from ..core.config import pick
+    from ..core.device import device_report, machine_label
+    from ..learn.ppo import suggested_settings
+
+    budget = pick(full=300.0, quick=4.0)
+    seeds = pick(full=(0, 1, 2), quick=(0,))
+    machine = machine_label(device_report(device))
+    runs = [("ours", seed) for seed in seeds] + [("sb3", 0), ("naive", 0)]
+    if not sb3_available():
+        print("stable-baselines3 is not installed: skipping it (pip install -e \".[compare]\")")
+        runs.remove(("sb3", 0))
+    records = []
+    for setup, seed in tqdm(runs, desc="training runs", disable=not progress):
+        if setup == "ours":
+            curve = run_ours(budget, seed=seed, device=device, **suggested_settings(device))
+        elif setup == "sb3":
+            curve = run_sb3(budget, seed=seed)
+        else:
+            curve = run_naive(budget, seed=seed)
+        records += curve_records(curve, machine, budget, seed)
+    return records

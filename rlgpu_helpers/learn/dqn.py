@@ -1,0 +1,178 @@
+"""DQN on ``VecSnake``: the vectorized counterpart of notebook 01's loop (introduced in notebook 11).
+
+Notebook 01's DQN steps one game, asks the network for one action, stores one transition in a
+deque and learns from a batch assembled from a list, every step. Here ``num_envs`` games step
+together; one forward pass picks all their actions (epsilon-greedy, on the device); the
+transitions go into a ``TensorReplayBuffer`` on the same device; and every ``train_every``
+vector steps the learner takes ``gradient_steps`` Double-DQN updates against a target network
+that is copied every ``target_update_every`` updates. Like ``PPO``, nothing in the loop reads a
+value back to the host, except the scores of finished games once per iteration.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import torch
+from torch import nn
+
+from ..core.checks import check_int, check_number, check_seed
+from ..core.device import get_device
+from ..replay.tensor import TensorReplayBuffer
+from ..snake import rules
+from ..snake.vec import VecSnake
+from .nets import QNetwork
+
+
+@dataclasses.dataclass
+class DQNConfig:
+    """Hyperparameters of ``DQN`` (defaults suit a 10x10 grid on a CPU)."""
+
+    obs_type: str = "features"
+    height: int = 10
+    width: int = 10
+    num_envs: int = 64
+    """Games stepped together; each vector step adds this many transitions."""
+    steps_per_iteration: int = 32
+    """Vector steps per ``iterate`` call (between two reads of the finished games' scores)."""
+    buffer_size: int = 100_000
+    """Transitions kept; the oldest are overwritten."""
+    batch_size: int = 256
+    learning_rate: float = 5e-4
+    gamma: float = 0.99
+    train_every: int = 1
+    """Learn every this many vector steps ..."""
+    gradient_steps: int = 1
+    """... taking this many gradient steps each time."""
+    target_update_every: int = 250
+    """Copy the online network into the target network every this many gradient steps."""
+    learning_starts: int = 5_000
+    """Transitions to collect before the first update."""
+    eps_start: float = 1.0
+    eps_end: float = 0.02
+    exploration_fraction: float = 0.3
+    """Epsilon decays linearly from eps_start to eps_end over this fraction of the budget."""
+    max_grad_norm: float = 10.0
+    hidden: int = 128
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self):
+        rules.check_obs_type(self.obs_type)
+        rules.check_grid_size(self.height, self.width)
+        for name in ("num_envs", "steps_per_iteration", "buffer_size", "batch_size",
+                     "train_every", "gradient_steps", "target_update_every", "hidden"):
+            check_int(name, getattr(self, name), 1)
+        check_int("learning_starts", self.learning_starts, 0)
+        check_seed("seed", self.seed)
+        get_device(self.device, param="device")
+        if self.num_envs > self.buffer_size:
+            raise ValueError(f"buffer_size={self.buffer_size!r} must hold at least one vector step "
+                             f"(num_envs={self.num_envs!r})")
+        if self.learning_starts > self.buffer_size:
+            raise ValueError(f"learning_starts={self.learning_starts!r} must not exceed "
+                             f"buffer_size={self.buffer_size!r}: the buffer never holds more, so "
+                             "learning would never start")
+        for name in ("gamma", "eps_start", "eps_end", "exploration_fraction"):
+            check_number(name, getattr(self, name), at_least=0, at_most=1)
+        for name in ("learning_rate", "max_grad_norm"):
+            check_number(name, getattr(self, name), above=0)
+
+
+class DQN:
+    """The DQN learner: env, online and target networks, optimizer and replay buffer."""
+
+    algorithm = "dqn"
+
+    def __init__(self, config: DQNConfig):
+        self.config = c = config
+        self.device = get_device(c.device, param="device")
+        torch.manual_seed(c.seed)
+        self.env = VecSnake(c.num_envs, c.height, c.width, obs_type=c.obs_type, device=self.device,
+                            seed=c.seed, check_action_values=False)
+        obs_shape = self.env.single_observation_space.shape
+        self.model = QNetwork(obs_shape, hidden=c.hidden).to(self.device)
+        self.target = copy.deepcopy(self.model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate)
+        self.buffer = TensorReplayBuffer(c.buffer_size, obs_shape, self.device)
+        self.obs, _ = self.env.reset(seed=c.seed)
+        self.env_steps = 0
+        self.vector_steps = 0
+        self.updates = 0
+
+    def epsilon(self, budget_used: float) -> float:
+        c = self.config
+        fraction = min(budget_used / c.exploration_fraction, 1.0) if c.exploration_fraction > 0 else 1.0
+        return c.eps_start + fraction * (c.eps_end - c.eps_start)
+
+    def act(self, obs: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
+        """Greedy actions, each replaced by a random one with probability ``epsilon``."""
+        with torch.inference_mode():
+            greedy = self.model(obs).argmax(-1)
+        explore = torch.rand(obs.shape[0], device=self.device) < epsilon
+        return torch.where(explore, torch.randint_like(greedy, 3), greedy)
+
+    def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
+        """``steps_per_iteration`` vector steps with learning; returns finished games' scores (CPU)."""
+        c = self.config
+        epsilon = self.epsilon(budget_used)
+        scores, finished = [], []
+        for _ in range(c.steps_per_iteration):
+            action = self.act(self.obs, epsilon)
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            done = (terminated | truncated).view(-1, *[1] * (obs.dim() - 1))
+            # A finished game's next observation is its real last one, not the restarted game's.
+            next_obs = torch.where(done, info["final_obs"], obs)
+            self.buffer.add(self.obs, action, reward, next_obs, terminated)
+            self.obs = obs
+            scores.append(info["episode"]["score"])
+            finished.append(info["_episode"])
+            self.env_steps += c.num_envs
+            self.vector_steps += 1
+            if len(self.buffer) >= c.learning_starts and self.vector_steps % c.train_every == 0:
+                for _ in range(c.gradient_steps):
+                    self._learn()
+        scores, finished = torch.stack(scores).cpu(), torch.stack(finished).cpu()
+        return scores[finished]  # the one host read per iteration
+
+    def _learn(self):
+        c = self.config
+        batch = self.buffer.sample(c.batch_size)
+        with torch.no_grad():
+            # Double DQN: the online network picks the next action, the target network rates it.
+            next_action = self.model(batch["next_obs"]).argmax(-1, keepdim=True)
+            next_q = self.target(batch["next_obs"]).gather(1, next_action).squeeze(1)
+            target = batch["rewards"] + c.gamma * (1.0 - batch["terminated"]) * next_q
+        q = self.model(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)
+        loss = nn.functional.smooth_l1_loss(q, target)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        if self.updates % c.target_update_every == 0:
+            self.target.load_state_dict(self.model.state_dict())
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "buffer": self.buffer.state_dict(),
+            "env": self.env.state_dict(),
+            "obs": self.obs,
+            "env_steps": self.env_steps,
+            "vector_steps": self.vector_steps,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.env.load_state_dict(state["env"])
+        self.obs = state["obs"].to(self.device)
+        self.env_steps, self.vector_steps = int(state["env_steps"]), int(state["vector_steps"])
+        self.updates = int(state["updates"])

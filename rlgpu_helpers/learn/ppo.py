@@ -1,0 +1,235 @@
+"""PPO on ``VecSnake``, the whole loop on the env's device (introduced in notebook 11).
+
+Written to be read top to bottom, CleanRL style: every hyperparameter is a documented field of
+``PPOConfig``; ``PPO.iterate`` collects one rollout of ``num_steps`` steps from ``num_envs``
+games and then runs ``update_epochs`` passes of clipped-objective minibatch updates over it.
+
+What makes it fast: acting, the env, the rollout storage and the update all stay on one device,
+and nothing in the inner loops reads a value back to the host. The only host read is once per
+iteration, to hand the scores of the games that finished to the progress bar.
+
+Auto-reset happens inside the env step (``AutoresetMode.SAME_STEP``). A game cut off by the step
+limit (``truncated``) did not end: its reward is topped up with the discounted value of its real
+last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
+end by GAE. A game that ended (``terminated``) gets no bootstrap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from ..core.checks import check_bool, check_int, check_number, check_seed
+from ..core.device import get_device
+from ..snake import rules
+from ..snake.vec import VecSnake
+from .nets import ActorCritic
+
+
+@dataclasses.dataclass
+class PPOConfig:
+    """Hyperparameters of ``PPO`` (defaults: the 2-core CPU settings of notebook 11)."""
+
+    obs_type: str = "features"
+    """Observation type of the env: ``"features"`` (MLP) or ``"grid"`` (CNN)."""
+    height: int = 10
+    width: int = 10
+    num_envs: int = 512
+    """Games stepped together; more use a GPU better, fewer update more often."""
+    num_steps: int = 64
+    """Steps per game in one rollout; a rollout holds ``num_envs * num_steps`` transitions."""
+    update_epochs: int = 4
+    """Passes over each rollout."""
+    num_minibatches: int = 4
+    """Minibatches per pass; minibatch size is ``num_envs * num_steps / num_minibatches``."""
+    learning_rate: float = 1e-3
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the training budget."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo."""
+    clip_coef: float = 0.2
+    """PPO's clipping range for the probability ratio."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus (keeps exploring)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float = 0.5
+    """Gradient clipping threshold (global L2 norm)."""
+    hidden: int = 64
+    """Width of the hidden layers."""
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self):
+        rules.check_obs_type(self.obs_type)
+        rules.check_grid_size(self.height, self.width)
+        for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden"):
+            check_int(name, getattr(self, name), 1)
+        check_bool("anneal_lr", self.anneal_lr)
+        check_seed("seed", self.seed)
+        get_device(self.device, param="device")
+        if (self.num_envs * self.num_steps) % self.num_minibatches:
+            raise ValueError(
+                f"num_envs * num_steps ({self.num_envs * self.num_steps}) must be divisible by "
+                f"num_minibatches ({self.num_minibatches})"
+            )
+        for name in ("gamma", "gae_lambda"):
+            check_number(name, getattr(self, name), at_least=0, at_most=1)
+        for name in ("learning_rate", "clip_coef", "max_grad_norm"):
+            check_number(name, getattr(self, name), above=0)
+        for name in ("ent_coef", "vf_coef"):
+            check_number(name, getattr(self, name), at_least=0)
+
+
+def suggested_settings(device) -> dict:
+    """``PPOConfig`` settings to start from on ``device``.
+
+    On a CPU the defaults (512 games, 64-wide MLP) are what notebook 11 measured. On a GPU more
+    games in parallel keep it busy; these values are a starting point, not tuned on a GPU yet.
+    """
+    if torch.device(device).type == "cuda":
+        return {"num_envs": 8192, "num_steps": 32, "hidden": 128, "learning_rate": 1e-3}
+    return {}
+
+
+def compute_gae(rewards, values, dones, next_value, gamma: float, gae_lambda: float):
+    """Generalized advantage estimates and returns for a rollout of shape ``(steps, envs)``.
+
+    ``dones[t]`` marks that the episode ended at step t (the env restarted after it), so step
+    t + 1 is not its continuation; ``values[t]`` is V(obs[t]) and ``next_value`` is V of the
+    observation after the last step. Truncated episodes must already carry their bootstrap in
+    ``rewards``. Returns ``(advantages, returns)`` with ``returns = advantages + values``.
+    """
+    steps = rewards.shape[0]
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(next_value)
+    for t in reversed(range(steps)):
+        following = next_value if t == steps - 1 else values[t + 1]
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * following * not_done - values[t]
+        last = delta + gamma * gae_lambda * not_done * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+class PPO:
+    """The PPO learner: env, model, optimizer and rollout storage, all on ``config.device``."""
+
+    algorithm = "ppo"
+
+    def __init__(self, config: PPOConfig):
+        self.config = c = config
+        self.device = get_device(c.device, param="device")
+        torch.manual_seed(c.seed)
+        self.env = VecSnake(
+            c.num_envs, c.height, c.width, obs_type=c.obs_type, device=self.device, seed=c.seed,
+            check_action_values=False,  # the policy only samples 0..2; skipping saves a sync
+        )
+        obs_shape = self.env.single_observation_space.shape
+        self.model = ActorCritic(obs_shape, hidden=c.hidden).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=1e-5)
+        T, N, dev = c.num_steps, c.num_envs, self.device
+        self.obs = torch.zeros(T, N, *obs_shape, device=dev)
+        self.actions = torch.zeros(T, N, dtype=torch.int64, device=dev)
+        self.logprobs = torch.zeros(T, N, device=dev)
+        self.rewards = torch.zeros(T, N, device=dev)
+        self.dones = torch.zeros(T, N, device=dev)
+        self.values = torch.zeros(T, N, device=dev)
+        self.scores = torch.zeros(T, N, dtype=torch.int64, device=dev)
+        self.finished = torch.zeros(T, N, dtype=torch.bool, device=dev)
+        self.next_obs, _ = self.env.reset(seed=c.seed)
+        self.env_steps = 0
+        self.iterations = 0
+
+    def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
+        """One rollout and one update; returns the scores of games that finished (on the CPU).
+
+        ``budget_used`` (0..1) is how much of the training budget is spent, for lr annealing.
+        """
+        c = self.config
+        if c.anneal_lr:
+            for group in self.optimizer.param_groups:
+                group["lr"] = c.learning_rate * max(1.0 - budget_used, 0.0)
+        self._collect()
+        self._update()
+        self.env_steps += c.num_steps * c.num_envs
+        self.iterations += 1
+        return self.scores.cpu()[self.finished.cpu()]  # the one host read per iteration
+
+    def _collect(self):
+        c = self.config
+        with torch.inference_mode():
+            obs = self.next_obs
+            for t in range(c.num_steps):
+                logits, value = self.model(obs)
+                # validate_args=False: the argument checks are Python ifs on tensors, which
+                # would wait for the GPU twice per step.
+                dist = torch.distributions.Categorical(logits=logits, validate_args=False)
+                action = dist.sample()
+                self.obs[t] = obs
+                self.actions[t] = action
+                self.logprobs[t] = dist.log_prob(action)
+                self.values[t] = value
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                # A truncated game did not end: bootstrap from its real last observation. That
+                # is a second value pass over all N games; picking out the truncated ones first
+                # would need their count on the host, a sync every step.
+                reward = reward + c.gamma * self.model.value(info["final_obs"]) * truncated
+                self.rewards[t] = reward
+                self.dones[t] = (terminated | truncated).to(torch.float32)
+                self.scores[t] = info["episode"]["score"]
+                self.finished[t] = info["_episode"]
+            self.next_obs = obs
+            next_value = self.model.value(obs)
+            self.advantages, self.returns = compute_gae(
+                self.rewards, self.values, self.dones, next_value, c.gamma, c.gae_lambda
+            )
+
+    def _update(self):
+        c = self.config
+        obs = self.obs.flatten(0, 1)
+        actions, logprobs = self.actions.flatten(), self.logprobs.flatten()
+        advantages, returns = self.advantages.flatten(), self.returns.flatten()
+        batch = obs.shape[0]
+        minibatch = batch // c.num_minibatches
+        for _ in range(c.update_epochs):
+            order = torch.randperm(batch, device=self.device)
+            for start in range(0, batch, minibatch):
+                idx = order[start : start + minibatch]
+                logits, value = self.model(obs[idx])
+                log_all = torch.log_softmax(logits, -1)
+                new_logprob = log_all.gather(1, actions[idx, None]).squeeze(1)
+                ratio = (new_logprob - logprobs[idx]).exp()
+                adv = advantages[idx]
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip_coef, 1 + c.clip_coef)).mean()
+                value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
+                entropy = -(log_all.exp() * log_all).sum(-1).mean()
+                loss = policy_loss + c.vf_coef * value_loss - c.ent_coef * entropy
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+                self.optimizer.step()
+
+    def state_dict(self) -> dict:
+        """Model, optimizer, env and counters (``training.train`` adds the RNG states)."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "env": self.env.state_dict(),
+            "next_obs": self.next_obs,
+            "env_steps": self.env_steps,
+            "iterations": self.iterations,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.env.load_state_dict(state["env"])
+        self.next_obs = state["next_obs"].to(self.device)
+        self.env_steps = int(state["env_steps"])
+        self.iterations = int(state["iterations"])

@@ -1,0 +1,210 @@
+"""The outer training loop shared by PPO and DQN (introduced in notebook 11).
+
+A learner (``PPO`` or ``DQN``) knows how to do one iteration and how to save and load itself.
+``train`` runs iterations until a budget of wall-clock seconds or env steps is spent, shows a
+progress bar with steps/s and the mean score of the last 100 finished games, records the
+learning curve, and checkpoints every few minutes and at the end. ``train(..., resume=True)``
+continues from the last checkpoint in ``out_dir``: killed at any moment, a run loses at most the
+work since that checkpoint.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..core.checks import check_number
+from .checkpoint import (
+    CHECKPOINT_NAME,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
+from .dqn import DQN, DQNConfig
+from .ppo import PPO, PPOConfig
+
+FORMAT = "rlgpu-train/1"
+ALGORITHMS = {"ppo": (PPOConfig, PPO), "dqn": (DQNConfig, DQN)}
+SCORE_WINDOW = 100
+
+
+class ScoreCurve:
+    """A learning curve as it grows: the last 100 scores and a point at most once a second.
+
+    Each point is a dict: seconds, env_steps, mean_score (of the last 100 finished games, None
+    before the first) and episodes (finished so far).
+    """
+
+    def __init__(self, points: list[dict] | None = None, recent_scores=(), episodes: int = 0):
+        self.points = list(points or [])
+        self.recent = collections.deque(recent_scores, maxlen=SCORE_WINDOW)
+        self.episodes = episodes
+        self.last = self.points[-1]["seconds"] if self.points else -math.inf
+
+    def add(self, scores) -> None:
+        """Record the scores of games that just finished."""
+        self.recent.extend(scores)
+        self.episodes += len(scores)
+
+    @property
+    def mean_score(self) -> float | None:
+        return sum(self.recent) / len(self.recent) if self.recent else None
+
+    def point(self, seconds: float, env_steps: int, force: bool = False) -> bool:
+        """Append a point if a second has passed since the last (or ``force``); say if it did."""
+        if not (force or seconds - self.last >= 1.0):
+            return False
+        self.points.append({"seconds": seconds, "env_steps": env_steps, "mean_score": self.mean_score,
+                            "episodes": self.episodes})
+        self.last = seconds
+        return True
+
+
+@dataclasses.dataclass
+class TrainingResult:
+    """What a run did: its learning curve and where it ended."""
+
+    algorithm: str
+    config: dict
+    curve: list[dict]
+    """One point per iteration (at most one a second): seconds, env_steps, mean_score, episodes."""
+    seconds: float
+    env_steps: int
+    episodes: int
+    mean_score: float | None
+    """Mean score of the last 100 finished games, None before any game finished."""
+    checkpoint: Path | None
+    learner: object = dataclasses.field(repr=False, default=None)
+    """The trained learner (with ``resume=True``, the one rebuilt from the checkpoint)."""
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.env_steps / self.seconds if self.seconds > 0 else float("nan")
+
+
+def make_learner(algorithm: str, **config):
+    """A fresh ``PPO`` or ``DQN`` learner from keyword settings of its config."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    config_class, learner_class = ALGORITHMS[algorithm]
+    known = {f.name for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ValueError(f"unknown {algorithm} settings {unknown}; known: {sorted(known)}")
+    return learner_class(config_class(**config))
+
+
+def load_learner(path: str | Path, device: str | None = None):
+    """The learner stored in a checkpoint (a file, or a folder holding ``checkpoint.pt``)."""
+    return _restore(load_checkpoint(path), path, device)
+
+
+def _restore(state: dict, path, device: str | None):
+    """The learner a loaded checkpoint ``state`` describes, with its saved state put back."""
+    if state.get("format") != FORMAT or state.get("algorithm") not in ALGORITHMS:
+        raise CheckpointError(f"{path} is not a training checkpoint of this package")
+    config = dict(state["config"])
+    if device is not None:
+        config["device"] = str(device)
+    learner = make_learner(state["algorithm"], **config)
+    learner.load_state_dict(state["learner"])
+    return learner
+
+
+def _check_budget(seconds, steps):
+    if seconds is None and steps is None:
+        raise ValueError("give a budget: seconds, steps, or both")
+    for name, value in (("seconds", seconds), ("steps", steps)):
+        if value is not None:
+            check_number(name, value, above=0)
+
+
+def train(
+    learner=None,
+    *,
+    seconds: float | None = None,
+    steps: int | None = None,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every_s: float = 120.0,
+    progress: bool = True,
+) -> TrainingResult:
+    """Train ``learner`` until ``seconds`` of training time or ``steps`` env steps are spent.
+
+    Both budgets count the whole run, resumed parts included. With ``out_dir``, a checkpoint is
+    written there every ``checkpoint_every_s`` seconds and at the end; ``resume=True`` continues
+    from the one already there, with its settings (``learner`` may then be None; if given, only
+    its device is used).
+    """
+    _check_budget(seconds, steps)
+    if learner is None and not resume:
+        raise ValueError("give a learner (make_learner(...)), or resume=True with out_dir")
+    if not checkpoint_every_s > 0:
+        raise ValueError(f"checkpoint_every_s must be positive, got {checkpoint_every_s!r}")
+    path = Path(out_dir) / CHECKPOINT_NAME if out_dir is not None else None
+    if resume and path is None:
+        raise ValueError("resume=True needs out_dir, the folder holding the checkpoint")
+    curve, spent = ScoreCurve(), 0.0
+    if resume:
+        state = load_checkpoint(path)
+        learner = _restore(state, path, learner.config.device if learner is not None else None)
+        curve = ScoreCurve(state["curve"], state["recent_scores"], int(state["episodes"]))
+        spent = float(state["seconds"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if torch.cuda.is_available() and state["rng"]["cuda"]:
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+
+    def snapshot() -> dict:
+        return {
+            "format": FORMAT,
+            "algorithm": learner.algorithm,
+            "config": dataclasses.asdict(learner.config),
+            "learner": learner.state_dict(),
+            "seconds": spent,
+            "episodes": curve.episodes,
+            "curve": curve.points,
+            "recent_scores": list(curve.recent),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+        }
+
+    def used() -> float:
+        fractions = []
+        if seconds is not None:
+            fractions.append(spent / seconds)
+        if steps is not None:
+            fractions.append(learner.env_steps / steps)
+        return max(fractions)
+
+    bar = tqdm(total=steps if steps is not None else round(seconds), initial=0, disable=not progress,
+               unit="step" if steps is not None else "s", dynamic_ncols=True)
+    started, last_saved = time.perf_counter() - spent, time.perf_counter()
+    try:
+        while used() < 1.0:
+            curve.add(learner.iterate(budget_used=used()).tolist())
+            spent = time.perf_counter() - started
+            if curve.point(spent, learner.env_steps, force=used() >= 1.0):
+                bar.n = min(learner.env_steps, steps) if steps is not None else min(round(spent), round(seconds))
+                score = curve.mean_score
+                bar.set_postfix({"steps/s": f"{learner.env_steps / spent:,.0f}",
+                                 "mean score": "-" if score is None else f"{score:.1f}"}, refresh=True)
+            if path is not None and time.perf_counter() - last_saved >= checkpoint_every_s:
+                save_checkpoint(path, snapshot())
+                last_saved = time.perf_counter()
+    finally:
+        bar.close()
+    if path is not None:
+        save_checkpoint(path, snapshot())
+    return TrainingResult(
+        algorithm=learner.algorithm, config=dataclasses.asdict(learner.config), curve=curve.points,
+        seconds=spent, env_steps=learner.env_steps, episodes=curve.episodes, mean_score=curve.mean_score,
+        checkpoint=path, learner=learner,
+    )

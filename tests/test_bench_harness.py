@@ -1,0 +1,232 @@
+import datetime
+import json
+import math
+import time
+
+import pytest
+import torch
+
+from rlgpu_helpers.bench import timing
+from rlgpu_helpers.bench.records import (
+    FORMAT,
+    Record,
+    load_json,
+    load_reference,
+    save_json,
+    save_reference,
+)
+from rlgpu_helpers.bench.report import plot_records, records_table
+from rlgpu_helpers.bench.timing import Timing, time_callable
+from rlgpu_helpers.core.files import data_dir
+
+REPORT = {"gpu": None, "cpu": "Test CPU 9000", "logical_cores": 4}
+LABEL = "cpu-test-cpu-9000-4c"
+OTHER = "gpu-nvidia-h100-80gb-hbm3"
+
+
+def record(value=1.5, machine=LABEL, n=256, variant="float32", **changes):
+    fields = dict(name="matmul", variant=variant, metric="throughput", value=value, unit="TFLOP/s",
+                  params={"n": n}, spread=0.25, machine=machine, date="2025-01-31")
+    return Record(**{**fields, **changes})
+
+
+# --- timing ---------------------------------------------------------------------------------
+
+def test_time_callable_measures_a_known_sleep():
+    timing = time_callable(lambda: time.sleep(0.02), warmup=1, repeats=5, device="cpu")
+    assert len(timing.times) == 5
+    assert 0.02 <= timing.min <= timing.median <= timing.max
+    assert timing.median < 0.04
+    assert 0 <= timing.iqr <= timing.max - timing.min
+
+
+def test_time_callable_reports_seconds_per_call_over_runs_of_several_calls():
+    calls = []
+    timing = time_callable(lambda: (calls.append(1), time.sleep(0.005)), warmup=2, repeats=3, number=4)
+    assert len(calls) == 2 + 3 * 4
+    assert len(timing.times) == 3
+    assert 0.005 <= timing.median < 0.015
+
+
+def test_time_callable_sees_more_compute_take_longer():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # no waiting on a busy second core: the fastest run is pure compute
+    try:
+        small, big = (torch.randn(n, n) for n in (32, 512))  # 4096 times the work
+        fast = time_callable(lambda: small @ small, repeats=5, device="cpu")
+        slow = time_callable(lambda: big @ big, repeats=5, device="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    assert 0 < fast.min < slow.min
+
+
+def test_time_callable_synchronizes_before_and_after_each_run(monkeypatch):
+    syncs = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: syncs.append(device))
+    monkeypatch.setattr(timing, "get_device", lambda device: torch.device("cuda"))
+    time_callable(lambda: None, warmup=2, repeats=3, number=5, device="cuda")
+    assert syncs == [torch.device("cuda")] * (1 + 3)
+
+
+@pytest.mark.parametrize("kwargs, error, name", [
+    ({"warmup": -1}, ValueError, "warmup"), ({"warmup": 1.0}, TypeError, "warmup"),
+    ({"repeats": 0}, ValueError, "repeats"), ({"repeats": True}, TypeError, "repeats"),
+    ({"number": 0}, ValueError, "number"),
+])
+def test_time_callable_rejects_bad_counts(kwargs, error, name):
+    with pytest.raises(error, match=f"{name}={kwargs[name]!r}"):
+        time_callable(lambda: None, **kwargs)
+
+
+def test_time_callable_rejects_non_callables():
+    with pytest.raises(TypeError, match="fn=3"):
+        time_callable(3)
+
+
+def test_timing_statistics():
+    timing = Timing((1.0, 2.0, 3.0, 4.0, 5.0))
+    assert (timing.median, timing.iqr, timing.min, timing.max) == (3.0, 2.0, 1.0, 5.0)
+    rate, spread = timing.rate(10.0)  # rates 10, 5, 3.33, 2.5, 2: quartiles 2.5 and 5
+    assert rate == pytest.approx(10 / 3) and spread == pytest.approx(2.5)
+    assert str(timing) == "median 3.00 s (IQR 2.00 s, min 1.00 s, max 5.00 s; 5 runs)"
+    assert str(Timing((2e-6,))).startswith("median 2.00 µs")
+
+
+def test_timing_rejects_bad_input():
+    with pytest.raises(ValueError, match="times=()"):
+        Timing(())
+    with pytest.raises(ValueError, match="work=0"):
+        Timing((1.0,)).rate(0)
+
+
+# --- records and files ----------------------------------------------------------------------
+
+def test_record_stores_numbers_as_floats_and_defaults_to_today():
+    made = Record("copy", "device copy", "bandwidth", 12, "GB/s", {"MiB": 64}, None, LABEL)
+    assert made.value == 12.0 and isinstance(made.value, float)
+    assert made.date == datetime.date.today().isoformat()
+
+
+@pytest.mark.parametrize("changes, error, field", [
+    ({"name": ""}, ValueError, "name"), ({"unit": None}, TypeError, "unit"),
+    ({"value": math.nan}, ValueError, "value"), ({"value": "3"}, TypeError, "value"),
+    ({"spread": -1.0}, ValueError, "spread"), ({"spread": math.inf}, ValueError, "spread"),
+    ({"params": {"n": [1, 2]}}, ValueError, "params"), ({"params": [("n", 1)]}, TypeError, "params"),
+    ({"date": "yesterday"}, ValueError, "date"), ({"machine": ""}, ValueError, "machine"),
+])
+def test_record_rejects_bad_fields(changes, error, field):
+    with pytest.raises(error, match=f"^{field}="):
+        record(**changes)
+
+
+def test_records_round_trip_through_json(tmp_path):
+    records = [record(), record(value=0.5, n=1024, spread=None, params={"n": 1024, "note": None, "ok": True})]
+    path = save_json(tmp_path / "sub" / "out.json", records, REPORT, "python -m rlgpu_helpers bench")
+    assert load_json(path) == records
+    data = json.loads(path.read_text())
+    assert data["format"] == FORMAT and data["machine"] == REPORT
+    assert [entry["command"] for entry in data["records"]] == ["python -m rlgpu_helpers bench"] * 2
+
+
+def test_save_json_rejects_bad_input(tmp_path):
+    with pytest.raises(TypeError, match="Record"):
+        save_json(tmp_path / "x.json", [{"name": "matmul"}], REPORT, "cmd")
+    with pytest.raises(ValueError, match="command=''"):
+        save_json(tmp_path / "x.json", [record()], REPORT, "")
+
+
+def test_save_reference_merges_into_the_machine_file(tmp_path):
+    first = save_reference([record(1.0, n=256), record(2.0, n=512)], REPORT, "first run", directory=tmp_path)
+    assert first == tmp_path / f"{LABEL}.json"
+    second = save_reference([record(9.0, n=512), record(3.0, n=1024)], REPORT, "second run", directory=tmp_path)
+    assert second == first
+    entries = json.loads(first.read_text())["records"]
+    assert sorted((e["params"]["n"], e["value"], e["command"]) for e in entries) == [
+        (256, 1.0, "first run"), (512, 9.0, "second run"), (1024, 3.0, "second run")]
+
+
+def test_save_reference_refuses_records_of_another_machine(tmp_path):
+    with pytest.raises(ValueError, match=OTHER):
+        save_reference([record(machine=OTHER)], REPORT, "cmd", directory=tmp_path)
+
+
+def test_load_reference_reports_and_skips_bad_files(tmp_path, capsys):
+    save_reference([record()], REPORT, "cmd", directory=tmp_path)
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "foreign.json").write_text(json.dumps({"format": "something-else/2", "rows": []}))
+    bad_entry = {**json.loads((tmp_path / f"{LABEL}.json").read_text())["records"][0], "value": "fast"}
+    (tmp_path / "bad-record.json").write_text(json.dumps({"format": FORMAT, "machine": REPORT,
+                                                          "records": [bad_entry]}))
+    (tmp_path / "notes.txt").write_text("not a reference file, and not a .json either")
+    assert load_reference(tmp_path) == [record()]
+    out, err = capsys.readouterr()
+    assert err == ""
+    skipped = [line.split()[3].rstrip(":") for line in out.splitlines()]
+    assert skipped == ["bad-record.json", "broken.json", "foreign.json"]
+    assert "value='fast'" in out and "not valid JSON" in out and FORMAT in out
+
+
+def test_load_reference_of_an_empty_folder(tmp_path):
+    assert load_reference(tmp_path) == []
+
+
+def test_data_dir_is_the_checkout_data_folder():
+    path = data_dir()
+    assert path.name == "data" and path.is_dir()
+    assert (path.parent / "pyproject.toml").is_file()
+
+
+def test_committed_reference_files_load_cleanly(capsys):
+    records = load_reference()
+    assert capsys.readouterr().out == ""
+    assert {"matmul", "copy"} <= {r.name for r in records}
+
+
+# --- tables and plots -----------------------------------------------------------------------
+
+def test_records_table_text_and_html():
+    records = [record(123.456, machine=OTHER, n=4096), record(0.0123, n=4096), record(1234.6, n=256),
+               Record("copy", "<device>", "bandwidth", 12.0, "GB/s", {"MiB": 64}, 0.5, LABEL)]
+    table = records_table(records, this_machine=LABEL)
+    text = str(table)
+    header = text.splitlines()[0]
+    for column in ("machine", "benchmark", "variant", "n", "MiB", "throughput (TFLOP/s)",
+                   "spread (TFLOP/s)", "bandwidth (GB/s)", "spread (GB/s)"):
+        assert column in header
+    for value in ("123", "0.0123", "1,235", "12.0", "0.250", "0.500"):
+        assert value in text
+    machines = [row[0] for row in table.rows]
+    # sorted by benchmark, variant, then n; this machine's row first among equal params
+    assert machines == [f"{LABEL} (this machine)", f"{LABEL} (this machine)", f"{LABEL} (this machine)", OTHER]
+    assert [row[1] for row in table.rows] == ["copy", "matmul", "matmul", "matmul"]
+    page = table._repr_html_()
+    assert page.startswith("<table>") and "throughput (TFLOP/s)" in page and "1,235" in page
+    assert "&lt;device&gt;" in page and "<device>" not in page
+
+
+def test_records_table_rejects_non_records():
+    with pytest.raises(TypeError, match="Record"):
+        records_table([{"value": 1}])
+
+
+def test_plot_records_labels_lines_and_log_scales():
+    records = [record(v, n=n, machine=m, variant=var)
+               for m in (LABEL, OTHER) for var in ("float32", "bfloat16")
+               for n, v in ((10, 1.0), (1000, 1.5))]
+    fig = plot_records(records, x="n", xlabel="matrix size n")
+    ax, = fig.axes
+    assert ax.get_title() == "matmul: throughput"
+    assert ax.get_xlabel() == "matrix size n" and ax.get_ylabel() == "throughput (TFLOP/s)"
+    assert len(ax.get_lines()) == 4
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    assert sorted(text.get_text() for text in ax.get_legend().get_texts()) == sorted(
+        f"{m} · {var}" for m in (LABEL, OTHER) for var in ("float32", "bfloat16"))
+
+
+def test_plot_records_rejects_what_it_cannot_plot():
+    with pytest.raises(ValueError, match="records=\\[\\]"):
+        plot_records([], x="n")
+    with pytest.raises(ValueError, match="mix"):
+        plot_records([record(), record(unit="GFLOP/s")], x="n")
+    with pytest.raises(ValueError, match="x='batch'"):
+        plot_records([record()], x="batch")
