@@ -4,6 +4,7 @@ import pytest
 import torch
 from test_ppo import random_policy_mean_score
 
+from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.training import make_learner, train
 
@@ -15,11 +16,25 @@ from rlgpu_helpers.learn.training import make_learner, train
         (dict(num_envs=64, buffer_size=32), "must hold at least one vector step"),
         (dict(eps_end=1.5), r"eps_end=1.5 must be a finite number >= 0 and <= 1"),
         (dict(learning_starts=-1), "learning_starts=-1 must be an int >= 0"),
+        (dict(learning_starts=2_000, buffer_size=1_000), "learning_starts=2000 must not exceed buffer_size=1000"),
+        (dict(obs_type="rgb"), "obs_type='rgb' must be one of"),
+        (dict(seed=-1), "seed=-1 must be a seed"),
     ],
 )
 def test_bad_config_raises(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DQNConfig(**kwargs)
+
+
+def test_an_act_and_learn_step_makes_no_host_sync():
+    dqn = DQN(DQNConfig(height=6, width=6, num_envs=32, learning_starts=64, batch_size=32, hidden=16,
+                        target_update_every=1))
+    for _ in range(3):
+        dqn.act_and_learn(0.5)  # past learning_starts: the audited step learns and copies the target
+    updates = dqn.updates
+    report = audit_syncs(lambda: dqn.act_and_learn(0.5), "cpu", warmup=0)
+    assert dqn.updates == updates + 1
+    assert report.total == 0, report
 
 
 def test_finished_games_store_their_real_last_observation():

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from rlgpu_helpers.learn.ppo import PPO, PPOConfig, compute_gae
+from rlgpu_helpers.gpu.sync import audit_syncs
+from rlgpu_helpers.learn.ppo import PPO, PPOConfig, compute_gae, sample_actions
 from rlgpu_helpers.learn.training import make_learner, train
 
 
@@ -38,18 +39,57 @@ def test_gae_bootstraps_from_next_value_when_the_rollout_ends_mid_episode():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "kwargs, error, message",
     [
-        (dict(num_envs=0), "num_envs=0 must be an int >= 1"),
-        (dict(num_envs=10, num_steps=3, num_minibatches=4), "must be divisible by num_minibatches"),
-        (dict(gamma=1.5), r"gamma=1.5 must be a finite number >= 0 and <= 1"),
-        (dict(learning_rate=0.0), "learning_rate=0.0 must be a finite number > 0"),
-        (dict(ent_coef=-0.1), "ent_coef=-0.1 must be a finite number >= 0"),
+        (dict(num_envs=0), ValueError, "num_envs=0 must be an int >= 1"),
+        (dict(num_envs=10, num_steps=3, num_minibatches=4), ValueError, "must be divisible by num_minibatches"),
+        (dict(gamma=1.5), ValueError, r"gamma=1.5 must be a finite number >= 0 and <= 1"),
+        (dict(learning_rate=0.0), ValueError, "learning_rate=0.0 must be a finite number > 0"),
+        (dict(ent_coef=-0.1), ValueError, "ent_coef=-0.1 must be a finite number >= 0"),
+        (dict(anneal_lr="no"), TypeError, "anneal_lr='no' must be True or False"),
+        (dict(obs_type="pixels"), ValueError, "obs_type='pixels' must be one of"),
+        (dict(height=100), ValueError, r"height=100 must be an int in \[4, 64\]"),
+        (dict(seed=2**64), ValueError, "seed=18446744073709551616 must be a seed"),
+        (dict(device="tpu"), ValueError, "device='tpu' is not a device"),
     ],
 )
-def test_bad_config_raises(kwargs, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_config_raises(kwargs, error, message):
+    with pytest.raises(error, match=message):
         PPOConfig(**kwargs)
+
+
+def test_sampled_actions_follow_the_softmax_distribution():
+    """Gumbel-max draws, counted over many rows, against softmax(logits): a chi-square test."""
+    torch.manual_seed(0)
+    logits = torch.tensor([1.5, -0.5, 0.3])
+    draws = 200_000
+    actions = sample_actions(logits.expand(draws, 3))
+    counts = torch.bincount(actions, minlength=3).double()
+    expected = torch.softmax(logits.double(), 0) * draws
+    chi_square = float(((counts - expected) ** 2 / expected).sum())
+    assert chi_square < 13.8, (counts, expected)  # 2 degrees of freedom: p = 0.001
+    # Rows are independent: each row's own logits decide its draw.
+    certain = torch.tensor([[0.0, -1e9, -1e9], [-1e9, -1e9, 0.0]]).repeat(500, 1)
+    assert torch.equal(sample_actions(certain), torch.tensor([0, 2]).repeat(500))
+
+
+def test_a_rollout_step_makes_no_host_sync():
+    ppo = PPO(PPOConfig(height=6, width=6, num_envs=64, num_steps=4, hidden=16))
+    report = audit_syncs(lambda: ppo.rollout_step(0), "cpu")
+    assert report.total == 0, report
+    sampled = audit_syncs(lambda: torch.distributions.Categorical(logits=torch.zeros(4, 3)).sample(), "cpu")
+    assert sampled.total >= 1, "the audit should catch what PPO no longer does"
+
+
+def test_the_critic_runs_once_per_rollout_step_and_its_values_are_right():
+    ppo = PPO(PPOConfig(height=5, width=5, num_envs=32, num_steps=8, hidden=16, seed=2))
+    calls = []
+    ppo.model.critic.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    ppo._collect()
+    assert calls == [32] + [64] * 8  # the first observations, then next + final observations per step
+    with torch.inference_mode():
+        torch.testing.assert_close(ppo.values, ppo.model.value(ppo.obs.flatten(0, 1)).view(8, 32))
+        torch.testing.assert_close(ppo.next_value, ppo.model.value(ppo.next_obs))
 
 
 def test_truncated_games_bootstrap_and_terminated_games_do_not():

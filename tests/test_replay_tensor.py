@@ -58,3 +58,65 @@ def test_state_dict_round_trip():
 def test_bad_input_raises(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def snapshot(buffer):
+    return {name: getattr(buffer, name).clone() for name in TensorReplayBuffer.FIELDS}, buffer.pos, buffer.size
+
+
+def assert_unchanged(buffer, before):
+    fields, pos, size = snapshot(buffer)
+    assert (pos, size) == before[1:]
+    assert all(torch.equal(fields[name], before[0][name]) for name in fields)
+
+
+def batch(count=3):
+    ids = torch.arange(count, dtype=torch.float32)
+    return dict(obs=ids[:, None].repeat(1, 2), actions=ids.long() % 3, rewards=ids,
+                next_obs=-ids[:, None].repeat(1, 2), terminated=ids % 2 == 0)
+
+
+@pytest.mark.parametrize("field, value, error, message", [
+    ("next_obs", torch.zeros(3, 5), ValueError, r"next_obs has shape \(3, 5\), expected \(3, 2\)"),
+    ("next_obs", torch.zeros(2, 2), ValueError, r"next_obs has shape \(2, 2\), expected \(3, 2\)"),
+    ("rewards", torch.zeros(3, 1), ValueError, r"rewards has shape \(3, 1\), expected \(3,\)"),
+    ("terminated", [True, False, True], TypeError, "terminated must be a torch.Tensor, not list"),
+    ("actions", torch.zeros(3), TypeError, "actions must be an integer tensor, not torch.float32"),
+    ("obs", torch.zeros(3, 3), ValueError, r"obs has shape \(3, 3\), expected \(3, 2\)"),
+])
+def test_a_malformed_add_writes_nothing(field, value, error, message):
+    """Every field is checked before the first write: obs must not land when next_obs is bad."""
+    buffer = TensorReplayBuffer(8, (2,))
+    buffer.add(**batch())
+    before = snapshot(buffer)
+    with pytest.raises(error, match=message):
+        buffer.add(**(batch() | {field: value}))
+    assert_unchanged(buffer, before)
+
+
+def stored_state():
+    buffer = TensorReplayBuffer(4, (2,))
+    add(buffer, 0, 3)
+    return buffer.state_dict()
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda s: s.update(size=5), ValueError, r"state\['size'\]=5 must be an int in \[0, 4\]"),
+    (lambda s: s.update(pos=-1), ValueError, r"state\['pos'\]=-1 must be an int in \[0, 3\]"),
+    (lambda s: s.update(pos=1), ValueError, r"state\['pos'\]=1 must equal state\['size'\]=3"),
+    (lambda s: s.update(size=2.0), TypeError, r"state\['size'\]=2.0 must be an int"),
+    (lambda s: s.update(obs=torch.zeros(3, 7)), ValueError, r"obs has shape \(3, 7\), expected \(3, 2\)"),
+    (lambda s: s.update(rewards=torch.zeros(2)), ValueError, r"rewards has shape \(2,\), expected \(3,\)"),
+    (lambda s: s.update(rewards=torch.tensor([0.0, float("nan"), 1.0])), ValueError, "rewards.*not finite"),
+    (lambda s: s.update(terminated=torch.tensor([0.0, 2.0, 1.0])), ValueError, "only 0 and 1"),
+    (lambda s: s.pop("actions"), ValueError, r"missing \['actions'\]"),
+])
+def test_a_bad_state_dict_is_refused_and_the_buffer_left_alone(change, error, message):
+    state = stored_state()
+    change(state)
+    buffer = TensorReplayBuffer(4, (2,))
+    add(buffer, 10, 2)
+    before = snapshot(buffer)
+    with pytest.raises(error, match=message):
+        buffer.load_state_dict(state)
+    assert_unchanged(buffer, before)

@@ -10,6 +10,7 @@ from gymnasium.vector import AutoresetMode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.snake import rules
 from rlgpu_helpers.snake.env import SnakeEnv
 from rlgpu_helpers.snake.rules import SnakeState
@@ -220,6 +221,30 @@ def test_invariants_under_random_play(height, width, seed, obs_type, actions):
             np.testing.assert_array_equal(obs[i].numpy(), rules.observe(state, height, width, obs_type))
 
 
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_the_returned_observation_equals_one_built_from_the_state(obs_type):
+    """The grid observation is patched from the last one (built once per step): it must equal
+    the observation computed afresh from the state, after meals, deaths and restarts alike."""
+    env = VecSnake(64, 5, 6, obs_type=obs_type, seed=3)
+    actions = torch.randint(0, 3, (300, 64), generator=torch.Generator().manual_seed(5))
+    restarts = 0
+    for a in actions:
+        obs, _, terminated, truncated, _ = env.step(a)
+        assert torch.equal(obs, env.observe())
+        restarts += int((terminated | truncated).sum())
+    assert restarts > 50
+
+
+def test_a_step_audited_for_syncs_makes_none():
+    """The acceptance test of the issue: with default settings (action check on), one step
+    makes no host-device synchronization, for both observation types."""
+    for obs_type in rules.OBS_TYPES:
+        env = VecSnake(256, 8, 8, obs_type=obs_type, seed=0)
+        actions = torch.randint(0, 3, (256,), generator=torch.Generator().manual_seed(0))
+        report = audit_syncs(lambda: env.step(actions), "cpu")
+        assert report.total == 0, report
+
+
 def play(seed, steps=200, obs_type="grid"):
     env = VecSnake(32, 8, 8, obs_type=obs_type, seed=seed)
     actions = torch.Generator().manual_seed(0)
@@ -247,11 +272,12 @@ def test_reset_with_a_seed_replays_the_same_games():
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
-def test_compiled_step_gives_the_same_results_as_the_eager_step():
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_compiled_step_gives_the_same_results_as_the_eager_step(obs_type):
     """fullgraph=True fails on any graph break: a .item(), a Python branch on a tensor value,
     boolean-mask indexing or nonzero in the step would all break the graph."""
-    eager = VecSnake(64, 6, 6, obs_type="features", seed=4, check_action_values=False)
-    compiled_env = VecSnake(64, 6, 6, obs_type="features", seed=4, check_action_values=False)
+    eager = VecSnake(64, 6, 6, obs_type=obs_type, seed=4, check_action_values=False)
+    compiled_env = VecSnake(64, 6, 6, obs_type=obs_type, seed=4, check_action_values=False)
     compiled_step = torch.compile(compiled_env._step, fullgraph=True)
     actions = torch.randint(0, 3, (60, 64), generator=torch.Generator().manual_seed(2))
     saw_done = False
@@ -352,8 +378,117 @@ def test_bad_game_index_raises(index, error):
         env.set_state(index, state)
 
 
+def twin_envs(obs_type="features"):
+    return [VecSnake(8, 6, 6, obs_type=obs_type, seed=11) for _ in range(2)]
+
+
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_after_a_bad_action_the_env_goes_on_as_if_it_never_happened(obs_type):
+    env, twin = twin_envs(obs_type)
+    actions = torch.randint(0, 3, (40, 8), generator=torch.Generator().manual_seed(3))
+    for a in actions[:20]:
+        env.step(a), twin.step(a)
+    bad = actions[20].clone()
+    bad[5] = 7
+    with pytest.raises(ValueError, match=r"actions\[5\] = 7 is not a valid action .*this step was given it"):
+        env.step(bad)
+    for a in actions[20:]:  # the random stream did not move either: the same food follows
+        for got, want in zip(env.step(a)[:4], twin.step(a)[:4]):
+            assert torch.equal(got, want)
+
+
+class LateEvent:
+    """Stands in for a CUDA event whose device work has not finished until ``done`` is set."""
+
+    done = False
+
+    def record(self):
+        pass
+
+    def query(self):
+        return self.done
+
+
+def test_on_a_gpu_the_error_comes_when_the_note_arrives_and_nothing_moves_until_then():
+    """The CUDA path of the deferred check, on a CPU: the note is copied into a separate host
+    buffer, and the 'event' says when the copy has landed."""
+    env, twin = twin_envs()
+    check = env._bad_actions
+    check._host = torch.zeros(4, dtype=torch.int64)
+    check._host_view, check._event = check._host.numpy(), LateEvent()
+    good = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    bad = good.clone()
+    bad[3] = -2
+    env.step(bad)  # the note has not arrived: no error yet ...
+    before = snapshot(env)
+    for _ in range(3):
+        obs, reward, terminated, truncated, _ = env.step(good)
+        assert not (reward.any() or terminated.any() or truncated.any())
+    assert_unchanged(env, before)  # ... but no game moves while the error is pending
+    check._event.done = True
+    with pytest.raises(ValueError, match=r"actions\[3\] = -2 .*the step 3 call\(s\) before this one"):
+        env.step(good)
+    for _ in range(5):  # reported once; then the env goes on from where it stopped
+        for got, want in zip(env.step(good)[:4], twin.step(good)[:4]):
+            assert torch.equal(got, want)
+
+
 def test_value_check_can_be_switched_off_for_fast_loops():
     env = VecSnake(4, 5, 5, seed=0, check_action_values=False)
     env.step(torch.tensor([0, 1, 2, 0]))  # valid actions still work
     with pytest.raises(TypeError):  # shape, dtype and device are always checked
         env.step(torch.zeros(4))
+
+
+def test_a_state_dict_round_trip_continues_the_same_games():
+    env = VecSnake(32, 6, 7, seed=1)
+    actions = torch.randint(0, 3, (120, 32), generator=torch.Generator().manual_seed(4))
+    for a in actions[:60]:
+        env.step(a)
+    other = VecSnake(32, 6, 7, seed=99)
+    other.load_state_dict(env.state_dict())
+    for a in actions[60:]:
+        for got, want in zip(other.step(a)[:4], env.step(a)[:4]):
+            assert torch.equal(got, want)
+
+
+def corrupt(field, change):
+    def apply(state):
+        state[field] = state[field].clone()
+        change(state[field])
+    return apply
+
+
+@pytest.mark.parametrize("change, message", [
+    (corrupt("length", lambda t: t.__setitem__(3, 2)), r"state\['length'\] of game 3 is 2: must be in \[3, 42\]"),
+    (corrupt("head", lambda t: t.__setitem__(0, 0)), r"state\['head'\] of game 0 is 0: must be a cell of the grid"),
+    (corrupt("food", lambda t: t.__setitem__(1, 7)), r"state\['food'\] of game 1 is 7: must be a cell of the grid"),
+    (corrupt("direction", lambda t: t.__setitem__(2, 5)), r"state\['direction'\] of game 2 is 5"),
+    (corrupt("direction", lambda t: t.__setitem__(2, (t[2] + 2) % 4)), "must point from the neck to the head"),
+    (corrupt("stamp", lambda t: t[1].view(-1).__setitem__(0, 5)), "walls must keep their wall stamp"),
+    (corrupt("stamp", lambda t: t[1].view(-1).__setitem__(9, 10**9)), r"must be in \[0, clock\]"),
+    (corrupt("ring", lambda t: t[4].fill_(9)), "must match the ring's body cells"),
+    (corrupt("row_free", lambda t: t.__setitem__((5, 2), 0)), "must count the empty cells of each row"),
+    (corrupt("steps_since_food", lambda t: t.__setitem__(7, 42)), r"of game 7 is 42: must be in \[0, 41\]"),
+    (corrupt("env_keys", lambda t: t.__setitem__(7, -1)), r"must be in \[0, 2\*\*32\)"),
+    (corrupt("counter", lambda t: t.fill_(-3)), "counter'\\] is -3"),
+    (corrupt("clock", lambda t: t.__setitem__(3, 1)), "must be at least the snake's length"),
+    (lambda state: None, None),  # the state as saved loads
+    (lambda state: state.__setitem__("clock", state["clock"].float()), "expected \\(8,\\) torch.int64"),
+    (lambda state: state.pop("ring"), r"missing \['ring'\]"),
+])
+def test_bad_state_dicts_raise_naming_the_field_and_leave_the_env_unchanged(change, message):
+    env = VecSnake(8, 6, 7, seed=2)
+    for a in torch.randint(0, 3, (80, 8), generator=torch.Generator().manual_seed(8)):
+        env.step(a)
+    state = env.state_dict()
+    change(state)
+    target = VecSnake(8, 6, 7, seed=5)
+    before = snapshot(target)
+    if message is None:
+        target.load_state_dict(state)
+        assert all(torch.equal(target.state_dict()[name], value) for name, value in state.items())
+        return
+    with pytest.raises(ValueError, match=message):
+        target.load_state_dict(state)
+    assert_unchanged(target, before)

@@ -6,7 +6,8 @@ together; one forward pass picks all their actions (epsilon-greedy, on the devic
 transitions go into a ``TensorReplayBuffer`` on the same device; and every ``train_every``
 vector steps the learner takes ``gradient_steps`` Double-DQN updates against a target network
 that is copied every ``target_update_every`` updates. Like ``PPO``, nothing in the loop reads a
-value back to the host, except the scores of finished games once per iteration.
+value back to the host, except the scores of finished games once per iteration (a test audits
+``act_and_learn`` with ``gpu.sync.audit_syncs``).
 """
 
 from __future__ import annotations
@@ -115,26 +116,31 @@ class DQN:
 
     def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
         """``steps_per_iteration`` vector steps with learning; returns finished games' scores (CPU)."""
-        c = self.config
         epsilon = self.epsilon(budget_used)
-        scores, finished = [], []
-        for _ in range(c.steps_per_iteration):
-            action = self.act(self.obs, epsilon)
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            done = (terminated | truncated).view(-1, *[1] * (obs.dim() - 1))
-            # A finished game's next observation is its real last one, not the restarted game's.
-            next_obs = torch.where(done, info["final_obs"], obs)
-            self.buffer.add(self.obs, action, reward, next_obs, terminated)
-            self.obs = obs
-            scores.append(info["episode"]["score"])
-            finished.append(info["_episode"])
-            self.env_steps += c.num_envs
-            self.vector_steps += 1
-            if len(self.buffer) >= c.learning_starts and self.vector_steps % c.train_every == 0:
-                for _ in range(c.gradient_steps):
-                    self._learn()
-        scores, finished = torch.stack(scores).cpu(), torch.stack(finished).cpu()
+        steps = [self.act_and_learn(epsilon) for _ in range(self.config.steps_per_iteration)]
+        scores = torch.stack([score for score, _ in steps]).cpu()
+        finished = torch.stack([done for _, done in steps]).cpu()
         return scores[finished]  # the one host read per iteration
+
+    def act_and_learn(self, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """One vector step: act, step the env, store the transitions, learn when due. No host read.
+
+        Returns the finished games' scores and which games finished, on the device.
+        """
+        c = self.config
+        action = self.act(self.obs, epsilon)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        done = (terminated | truncated).view(-1, *[1] * (obs.dim() - 1))
+        # A finished game's next observation is its real last one, not the restarted game's.
+        next_obs = torch.where(done, info["final_obs"], obs)
+        self.buffer.add(self.obs, action, reward, next_obs, terminated)
+        self.obs = obs
+        self.env_steps += c.num_envs
+        self.vector_steps += 1
+        if len(self.buffer) >= c.learning_starts and self.vector_steps % c.train_every == 0:
+            for _ in range(c.gradient_steps):
+                self._learn()
+        return info["episode"]["score"], info["_episode"]
 
     def _learn(self):
         c = self.config

@@ -83,7 +83,12 @@ class ActorCritic(nn.Module):
         self.critic = nn.Sequential(make_encoder(obs_shape, hidden), init_layer(nn.Linear(hidden, 1), 1.0))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.actor(obs), self.critic(obs).squeeze(-1)
+        return self.logits(obs), self.value(obs)
+
+    def logits(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy's action logits."""
+        return self.actor(obs)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """The critic's estimate of each observation's value."""
         return self.critic(obs).squeeze(-1)

@@ -5,13 +5,16 @@ Written to be read top to bottom, CleanRL style: every hyperparameter is a docum
 games and then runs ``update_epochs`` passes of clipped-objective minibatch updates over it.
 
 What makes it fast: acting, the env, the rollout storage and the update all stay on one device,
-and nothing in the inner loops reads a value back to the host. The only host read is once per
-iteration, to hand the scores of the games that finished to the progress bar.
+and nothing in the inner loops reads a value back to the host (a test audits ``rollout_step``
+with ``gpu.sync.audit_syncs``). Actions are sampled with the Gumbel-max trick rather than
+``Categorical.sample``, whose ``multinomial`` synchronizes on torch 2.4. The only host read is
+once per iteration, to hand the scores of the games that finished to the progress bar.
 
 Auto-reset happens inside the env step (``AutoresetMode.SAME_STEP``). A game cut off by the step
 limit (``truncated``) did not end: its reward is topped up with the discounted value of its real
 last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
-end by GAE. A game that ended (``terminated``) gets no bootstrap.
+end by GAE. A game that ended (``terminated``) gets no bootstrap. The critic rates the next
+observations and those last observations in one pass per step.
 """
 
 from __future__ import annotations
@@ -96,6 +99,16 @@ def suggested_settings(device) -> dict:
     return {}
 
 
+def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+    """One action per row drawn from ``softmax(logits)``, without a host sync.
+
+    The Gumbel-max trick: ``argmax(logits + g)`` with ``g = -log(e)``, ``e ~ Exponential(1)``,
+    is exactly a draw from the softmax distribution. Unlike ``Categorical.sample``, nothing in
+    it waits for the device.
+    """
+    return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)
+
+
 def compute_gae(rewards, values, dones, next_value, gamma: float, gae_lambda: float):
     """Generalized advantage estimates and returns for a rollout of shape ``(steps, envs)``.
 
@@ -142,6 +155,8 @@ class PPO:
         self.scores = torch.zeros(T, N, dtype=torch.int64, device=dev)
         self.finished = torch.zeros(T, N, dtype=torch.bool, device=dev)
         self.next_obs, _ = self.env.reset(seed=c.seed)
+        with torch.inference_mode():
+            self.next_value = self.model.value(self.next_obs)
         self.env_steps = 0
         self.iterations = 0
 
@@ -163,31 +178,35 @@ class PPO:
     def _collect(self):
         c = self.config
         with torch.inference_mode():
-            obs = self.next_obs
+            self.next_value = self.model.value(self.next_obs)  # rated by the critic as it is now
             for t in range(c.num_steps):
-                logits, value = self.model(obs)
-                # validate_args=False: the argument checks are Python ifs on tensors, which
-                # would wait for the GPU twice per step.
-                dist = torch.distributions.Categorical(logits=logits, validate_args=False)
-                action = dist.sample()
-                self.obs[t] = obs
-                self.actions[t] = action
-                self.logprobs[t] = dist.log_prob(action)
-                self.values[t] = value
-                obs, reward, terminated, truncated, info = self.env.step(action)
-                # A truncated game did not end: bootstrap from its real last observation. That
-                # is a second value pass over all N games; picking out the truncated ones first
-                # would need their count on the host, a sync every step.
-                reward = reward + c.gamma * self.model.value(info["final_obs"]) * truncated
-                self.rewards[t] = reward
-                self.dones[t] = (terminated | truncated).to(torch.float32)
-                self.scores[t] = info["episode"]["score"]
-                self.finished[t] = info["_episode"]
-            self.next_obs = obs
-            next_value = self.model.value(obs)
+                self.rollout_step(t)
             self.advantages, self.returns = compute_gae(
-                self.rewards, self.values, self.dones, next_value, c.gamma, c.gae_lambda
+                self.rewards, self.values, self.dones, self.next_value, c.gamma, c.gae_lambda
             )
+
+    @torch.inference_mode()
+    def rollout_step(self, t: int) -> None:
+        """Act in every game, step the env and store step ``t`` of the rollout: no host read.
+
+        One critic pass rates both the next observations (their values are step ``t + 1``'s)
+        and the real last observations of the games that just finished (for the bootstrap).
+        """
+        c, obs = self.config, self.next_obs
+        logits = self.model.logits(obs)
+        action = sample_actions(logits)
+        self.obs[t] = obs
+        self.actions[t] = action
+        self.logprobs[t] = torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
+        self.values[t] = self.next_value
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        values = self.model.value(torch.cat([obs, info["final_obs"]]))
+        self.next_obs, self.next_value = obs, values[: c.num_envs]
+        # A truncated game did not end: bootstrap from the value of its real last observation.
+        self.rewards[t] = reward + c.gamma * values[c.num_envs :] * truncated
+        self.dones[t] = (terminated | truncated).to(torch.float32)
+        self.scores[t] = info["episode"]["score"]
+        self.finished[t] = info["_episode"]
 
     def _update(self):
         c = self.config

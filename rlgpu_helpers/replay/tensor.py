@@ -5,13 +5,15 @@ list of small arrays. ``TensorReplayBuffer`` allocates each field once, as one b
 device the learner uses, writes a whole batch of transitions with one indexed copy, and samples
 a batch with one random index tensor: no Python loop over transitions, no host-device copies.
 Its write position and size are plain Python ints, so adding and sampling never wait for a GPU.
+Bad input is refused before anything is written, so a failed ``add`` or ``load_state_dict``
+leaves the buffer as it was.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..core.checks import check_int
+from ..core.checks import check_int, check_ints
 from ..core.device import get_device
 
 
@@ -23,12 +25,14 @@ class TensorReplayBuffer:
     which for such a game is its real last observation.
     """
 
+    FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
+
     def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu"):
         self.capacity = check_int("capacity", capacity)
         self.device = get_device(device, param="device")
-        shape = tuple(obs_shape)
-        self.obs = torch.zeros(capacity, *shape, device=self.device)
-        self.next_obs = torch.zeros(capacity, *shape, device=self.device)
+        self.obs_shape = check_ints("obs_shape", tuple(obs_shape))
+        self.obs = torch.zeros(capacity, *self.obs_shape, device=self.device)
+        self.next_obs = torch.zeros(capacity, *self.obs_shape, device=self.device)
         self.actions = torch.zeros(capacity, dtype=torch.int64, device=self.device)
         self.rewards = torch.zeros(capacity, device=self.device)
         self.terminated = torch.zeros(capacity, device=self.device)
@@ -39,49 +43,75 @@ class TensorReplayBuffer:
         return self.size
 
     def add(self, obs, actions, rewards, next_obs, terminated) -> None:
-        """Append a batch of transitions (first dimension: batch), wrapping around when full."""
-        batch = obs.shape[0]
+        """Append a batch of transitions (first dimension: batch), wrapping around when full.
+
+        Every field is checked before anything is written.
+        """
+        fields = self._checked(dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs,
+                                    terminated=terminated))
+        batch = fields["obs"].shape[0]
         if batch > self.capacity:
-            raise ValueError(f"a batch of {batch} transitions does not fit in capacity {self.capacity}")
-        for name, value in (("actions", actions), ("rewards", rewards), ("next_obs", next_obs),
-                            ("terminated", terminated)):
-            if value.shape[0] != batch:
-                raise ValueError(f"{name} has {value.shape[0]} rows, obs has {batch}")
+            raise ValueError(f"obs has {batch} rows: a batch of {batch} transitions does not fit "
+                             f"in capacity {self.capacity}")
         slots = (self.pos + torch.arange(batch, device=self.device)) % self.capacity
-        self.obs.index_copy_(0, slots, obs.to(self.device, self.obs.dtype))
-        self.next_obs.index_copy_(0, slots, next_obs.to(self.device, self.next_obs.dtype))
-        self.actions.index_copy_(0, slots, actions.to(self.device, torch.int64))
-        self.rewards.index_copy_(0, slots, rewards.to(self.device, torch.float32))
-        self.terminated.index_copy_(0, slots, terminated.to(self.device, torch.float32))
+        for name, value in fields.items():
+            getattr(self, name).index_copy_(0, slots, value)
         self.pos = (self.pos + batch) % self.capacity
         self.size = min(self.size + batch, self.capacity)
+
+    def _checked(self, fields: dict, rows: int | None = None) -> dict:
+        """The fields on the buffer's device in its dtypes, or an error naming the bad one."""
+        for name, value in fields.items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, not {type(value).__name__}")
+        batch = fields["obs"].shape[0] if fields["obs"].dim() else 0
+        rows = batch if rows is None else rows
+        for name, value in fields.items():
+            mine = getattr(self, name)
+            want = (rows, *mine.shape[1:])
+            if tuple(value.shape) != want:
+                raise ValueError(f"{name} has shape {tuple(value.shape)}, expected {want}")
+            if name == "actions" and (value.is_floating_point() or value.dtype == torch.bool):
+                raise TypeError(f"actions must be an integer tensor, not {value.dtype}")
+        return {name: value.to(self.device, getattr(self, name).dtype) for name, value in fields.items()}
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict:
         """``batch_size`` transitions drawn uniformly (with replacement) from those stored.
 
         ``generator``, if given, must live on the buffer's device (as ``torch.randint`` needs).
         """
+        check_int("batch_size", batch_size)
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay buffer")
-        check_int("batch_size", batch_size)
         idx = torch.randint(self.size, (batch_size,), device=self.device, generator=generator)
-        return {
-            "obs": self.obs[idx],
-            "actions": self.actions[idx],
-            "rewards": self.rewards[idx],
-            "next_obs": self.next_obs[idx],
-            "terminated": self.terminated[idx],
-        }
+        return {name: getattr(self, name)[idx] for name in self.FIELDS}
 
     def state_dict(self) -> dict:
-        return {"obs": self.obs[: self.size].clone(), "next_obs": self.next_obs[: self.size].clone(),
-                "actions": self.actions[: self.size].clone(), "rewards": self.rewards[: self.size].clone(),
-                "terminated": self.terminated[: self.size].clone(), "pos": self.pos, "size": self.size}
+        """The stored transitions (copies), the write position and the size."""
+        return {**{name: getattr(self, name)[: self.size].clone() for name in self.FIELDS},
+                "pos": self.pos, "size": self.size}
 
     def load_state_dict(self, state: dict) -> None:
-        size = int(state["size"])
-        if size > self.capacity:
-            raise ValueError(f"the saved buffer holds {size} transitions, more than capacity {self.capacity}")
-        for name in ("obs", "next_obs", "actions", "rewards", "terminated"):
-            getattr(self, name)[:size] = state[name].to(self.device)
-        self.pos, self.size = int(state["pos"]), size
+        """Continue from ``state_dict()`` of a buffer with the same capacity and observation shape.
+
+        Checked first: a bad state raises naming the field and the value, and the buffer stays
+        as it was.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from TensorReplayBuffer.state_dict(), not {type(state).__name__}")
+        missing = [name for name in (*self.FIELDS, "pos", "size") if name not in state]
+        if missing:
+            raise ValueError(f"state is missing {missing}: not a TensorReplayBuffer state_dict")
+        size = check_int("state['size']", state["size"], 0, self.capacity)
+        pos = check_int("state['pos']", state["pos"], 0, self.capacity - 1)
+        if size < self.capacity and pos != size:
+            raise ValueError(f"state['pos']={pos} must equal state['size']={size} until the buffer is full")
+        fields = self._checked({name: state[name] for name in self.FIELDS}, rows=size)
+        for name in ("obs", "rewards", "next_obs"):
+            if not bool(fields[name].isfinite().all()):
+                raise ValueError(f"state[{name!r}] holds values that are not finite")
+        if not bool(((fields["terminated"] == 0) | (fields["terminated"] == 1)).all()):
+            raise ValueError("state['terminated'] must hold only 0 and 1")
+        for name, value in fields.items():
+            getattr(self, name)[:size] = value
+        self.pos, self.size = pos, size

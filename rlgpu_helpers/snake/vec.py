@@ -1,4 +1,4 @@
-"""``VecSnake``: N games of Snake as tensors on any torch device (introduced in notebook 03).
+"""``VecSnake``: N games of Snake as tensors on any torch device (notebooks 03 and 04).
 
 The rules are those of ``rules.py`` and ``SnakeEnv``; only the bookkeeping differs, chosen so
 that one step costs a fixed, small number of tensor operations over the N games and never waits
@@ -24,10 +24,15 @@ for the device:
   write ``scatter_`` on a flat view (on a CPU, ``index_select`` is faster than ``gather`` and
   ``scatter_`` two to three times faster than ``index_put_``). A game whose state must not change
   (a dead snake, a game that is not restarting) rewrites its own head with the values it already
-  has: repeated indices always carry the same value, so the order of the writes cannot matter. No ``.item()``, no Python ``if`` on a tensor, no
-  boolean-mask indexing, no ``nonzero``: ``step`` never synchronizes with a GPU and can be
-  captured in a CUDA graph. The one exception, the action value check, is on by default and can
-  be switched off (``check_action_values=False``).
+  has: repeated indices always carry the same value, so the order of the writes cannot matter.
+  No ``.item()``, no Python ``if`` on a tensor, no boolean-mask indexing, no ``nonzero``:
+  ``step`` never synchronizes with a GPU (the sync audit of ``gpu.sync`` proves it in a test).
+* Actions are checked without a sync too (``gpu.sync.DeferredCheck``): a step given an action
+  outside 0..2 moves no game at all, and the env stays frozen until the error is raised, which
+  happens as soon as the host sees the device's note: at once on a CPU, within a step or two on
+  a GPU. So a bad action is never silently turned into a heading. Loops that only make valid
+  actions can switch the check off (``check_action_values=False``), which also makes ``step``
+  capturable in a CUDA graph.
 
 Finished games restart inside the same step (gymnasium's ``AutoresetMode.SAME_STEP``): the
 observation returned for them is the first of the next game, and ``info`` holds the last one
@@ -45,6 +50,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..core.checks import check_bool, check_int, check_seed
 from ..core.device import get_device, retain_freed_memory
+from ..gpu.sync import DeferredCheck
 from . import rules
 from .rules import SnakeState
 
@@ -63,6 +69,18 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
     x = x ^ (x >> 15)
     x = (x * 0x735A2D97) & _MASK32
     return x ^ (x >> 15)
+
+
+def _describe_bad_action(index: int, value: int, steps_ago: int) -> str:
+    when = "this step" if steps_ago == 0 else f"the step {steps_ago} call(s) before this one"
+    return (f"actions[{index}] = {value} is not a valid action (0 straight, 1 right, 2 left): "
+            f"{when} was given it, and no game has moved since (the state is as it was)")
+
+
+def _start_grid(height: int, width: int) -> torch.Tensor:
+    """The grid observation of a new game before its food is placed (the rules' start body)."""
+    body = rules.start_body(height, width)
+    return torch.from_numpy(rules.observe(SnakeState(body, rules.RIGHT, None), height, width, "grid"))
 
 
 def _feature_table() -> torch.Tensor:
@@ -97,8 +115,9 @@ class VecSnake(VectorEnv):
         max_steps_without_food: truncation limit, default ``height * width``.
         device: any torch device; every tensor in and out lives there.
         seed: seed of the food placement; ``reset(seed=...)`` re-seeds.
-        check_action_values: check that every action is 0, 1 or 2. On a GPU this reads a flag
-            back to the host each step; fast loops that produce valid actions turn it off.
+        check_action_values: check that every action is 0, 1 or 2, without a host sync: a step
+            with a bad action moves no game, and its ``ValueError`` comes from that ``step``
+            call on a CPU, from one of the next calls on a GPU (see the module docstring).
 
     ``step(actions)`` takes an int64 (or int32) tensor of shape (N,) on ``device`` and returns
     ``(obs, reward, terminated, truncated, info)``: float32 rewards, bool flags, tensors on
@@ -129,6 +148,7 @@ class VecSnake(VectorEnv):
         if self.device.type == "cpu":
             retain_freed_memory()  # see its docstring: avoids a page fault storm every step
         self.check_action_values = check_bool("check_action_values", check_action_values)
+        self._bad_actions = DeferredCheck(self.device, _describe_bad_action)
         self.render_mode = None
 
         obs_shape = rules.observation_shape(self.obs_type, self.height, self.width)
@@ -179,6 +199,7 @@ class VecSnake(VectorEnv):
         self._start_cells = torch.tensor(start, **small)  # head first
         self._start_age = torch.arange(rules.START_LENGTH, device=self.device)  # head 0 ... tail 2
         self._start_head = start[0]
+        self._start_grid = _start_grid(H, W).to(self.device)
         start_free = torch.full((H,), W)
         for r, _ in rules.start_body(H, W):
             start_free[r] -= 1
@@ -232,13 +253,14 @@ class VecSnake(VectorEnv):
         self._env_keys.copy_(keys)
         self._counter.zero_()
 
-    def _random_below(self, n: torch.Tensor) -> torch.Tensor:
+    def _random_below(self, n: torch.Tensor, advance: torch.Tensor | None = None) -> torch.Tensor:
         """One integer uniform in 0..n-1 per game (n >= 1), fresh on every call.
 
         32 random bits times n, shifted down 32 bits (Lemire's multiply-shift): exact integer
         arithmetic, n <= 4096 keeps the product below 2**45, the bias is at most n / 2**32.
+        ``advance`` (a 0-d bool) set to False leaves the random stream where it was (a frozen step).
         """
-        self._counter.add_(1)
+        self._counter.add_(1 if advance is None else advance)
         bits = _hash32(self._env_keys ^ _hash32(self._counter & _MASK32))
         return (bits * n) >> 32
 
@@ -247,7 +269,8 @@ class VecSnake(VectorEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Start every game afresh; ``seed`` re-seeds the food placement."""
         if options:
-            raise ValueError(f"options are not supported by VecSnake, got {options!r}")
+            raise ValueError(f"options={options!r}: VecSnake.reset takes no options")
+        self._bad_actions.raise_if_failed()
         if seed is not None or not hasattr(self, "_seeded"):
             self._seed(seed)
             self._seeded = True
@@ -259,10 +282,17 @@ class VecSnake(VectorEnv):
     def step(self, actions: torch.Tensor):
         """Advance every game one step; see the class docstring for what comes back."""
         self._check_actions(actions)
-        return self._step(actions)
+        if not self.check_action_values:
+            return self._step(actions)
+        self._bad_actions.raise_if_failed()  # an earlier step's bad action, once the host has the note
+        safe = actions.clamp(0, rules.NUM_ACTIONS - 1)
+        frozen = self._bad_actions.record(safe != actions, actions)
+        outputs = self._step(safe, frozen)
+        self._bad_actions.raise_if_failed()  # this step's, where the host has the note at once (a CPU)
+        return outputs
 
-    def _step(self, actions: torch.Tensor):
-        """The step itself: no checks, no host synchronization."""
+    def _step(self, actions: torch.Tensor, frozen: torch.Tensor | None = None):
+        """The step itself: no host synchronization. ``frozen`` (a 0-d bool) stops every game."""
         stamps, ring, row_free = self._stamp.view(-1), self._ring.view(-1), self._row_free.view(-1)
         direction = self._turned.index_select(0, self._direction * rules.NUM_ACTIONS + actions)
         new_head = self._head + self._offset.index_select(0, direction)
@@ -271,7 +301,13 @@ class VecSnake(VectorEnv):
         # After the move, body is stamp > clock + 1 - new length: the tail's cell is free unless
         # the snake eats (then the tail stays). Walls are always body.
         dead = stamp_there > self._clock + 1 - (self._length + ate)
-        alive = ~dead
+        if frozen is not None:  # a frozen step: nobody eats, dies or moves
+            moves = ~frozen
+            ate &= moves
+            dead &= moves
+            alive = moves & ~dead
+        else:
+            alive = ~dead
         tail_slot = (self._clock - self._length + 1) & self._ring_mask
         tail = ring.index_select(0, self._ring_at + tail_slot)
 
@@ -286,7 +322,7 @@ class VecSnake(VectorEnv):
         row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, self._head), entered)
         row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, tail), left)
         self._steps_since_food.add_(alive).masked_fill_(ate, 0)
-        self._episode_steps.add_(1)
+        self._episode_steps.add_(1 if frozen is None else moves)
 
         won = ate & (self._length == self._cells)
         terminated = dead | won
@@ -301,6 +337,7 @@ class VecSnake(VectorEnv):
             final_obs = self._observe_features(danger, no_food=won)
         else:
             final_obs = self._observe_grid(no_food=won)
+            old_food = self._grid_food_at()
         info = {
             "final_obs": final_obs,
             "_final_obs": done,
@@ -312,11 +349,11 @@ class VecSnake(VectorEnv):
             "_episode": done,
         }
         self._restart(done)
-        self._place_food(done | (ate & ~won))
+        self._place_food(done | (ate & ~won), None if frozen is None else moves)
         if self.obs_type == "features":
             obs = self._observe_features(danger.masked_fill_(done, 0))
         else:
-            obs = self._observe_grid()
+            obs = self._next_grid(final_obs, done, old_food)
         return obs, reward, terminated, truncated, info
 
     # ------------------------------------------------------------------ internals
@@ -345,11 +382,11 @@ class VecSnake(VectorEnv):
         slots = (times & self._ring_mask).add_(self._ring_at[:, None])
         self._ring.view(-1).scatter_(0, slots.view(-1), cells.view(-1))
 
-    def _place_food(self, need: torch.Tensor):
+    def _place_food(self, need: torch.Tensor, advance: torch.Tensor | None = None):
         """Put food on a uniformly random empty cell of every game flagged in ``need``."""
         # The r-th empty cell, counting row by row, with r uniform in 0..free-1. First its row:
         # the number of rows whose running count of empty cells is <= r.
-        r = self._random_below(self._cells - self._length).to(self._small)
+        r = self._random_below(self._cells - self._length, advance).to(self._small)
         before = self._row_free.cumsum(1, dtype=self._small)  # empty cells in rows 0..i
         row = (before <= r[:, None]).view(torch.uint8).sum(1, dtype=torch.uint8)  # H <= 64 fits
         row = row.to(self._small).clamp_(max=self.height - 1)  # clamp: games that need no food
@@ -420,6 +457,24 @@ class VecSnake(VectorEnv):
             flat.scatter_(0, at + 2 * cells + food, (~no_food).to(torch.float32))
         return obs
 
+    def _grid_food_at(self) -> torch.Tensor:
+        """Where each game's food is in the flattened grid observations (the food channel)."""
+        row, col = self._row_of.index_select(0, self._food), self._col_of.index_select(0, self._food)
+        return self._grid_obs_at + 2 * self._cells + row * self.width + col
+
+    def _next_grid(self, final_obs: torch.Tensor, done: torch.Tensor, old_food: torch.Tensor) -> torch.Tensor:
+        """The grid observation after restarts and new food, patched from ``final_obs``.
+
+        A game that goes on has the same head and body as in its last observation (the head's
+        stamp, written since, gives the 1.0 ``final_obs`` already shows); a restarted game has
+        the start grid. Only the food moves: cleared where it was, set where it is now.
+        """
+        obs = torch.where(done[:, None, None, None], self._start_grid, final_obs)
+        flat = obs.view(-1)
+        flat.scatter_(0, old_food, 0.0)
+        flat.scatter_(0, self._grid_food_at(), 1.0)
+        return obs
+
     def _check_actions(self, actions):
         if not isinstance(actions, torch.Tensor):
             raise TypeError(f"actions must be a torch.Tensor on {self.device}, got {type(actions).__name__}")
@@ -429,14 +484,6 @@ class VecSnake(VectorEnv):
             raise TypeError(f"actions must be an integer tensor, got dtype {actions.dtype}")
         if actions.device != self.device:
             raise ValueError(f"actions must be on {self.device}, got {actions.device}")
-        if self.check_action_values:
-            bad = (actions < 0) | (actions >= rules.NUM_ACTIONS)
-            if bool(bad.any()):  # a host sync on a GPU: see check_action_values
-                index = int(bad.to(torch.uint8).argmax())
-                raise ValueError(
-                    f"actions[{index}] = {int(actions[index])} is not a valid action "
-                    "(0 straight, 1 right, 2 left)"
-                )
 
     # ------------------------------------------------------------------ state for tests and tools
 
@@ -492,21 +539,91 @@ class VecSnake(VectorEnv):
         return {name: getattr(self, f"_{name}").clone() for name in self._STATE}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue exactly from ``state_dict()`` of an env with the same settings."""
+        """Continue exactly from ``state_dict()`` of an env with the same settings.
+
+        ``state`` is checked first, every game against the rules (a body of adjacent cells on
+        the grid whose stamps and ring agree, food on an empty cell, counters in range); a bad
+        one raises ``ValueError`` naming the field, the game and the value, and leaves the env
+        as it was.
+        """
+        self._check_state(state)
+        for name in self._STATE:
+            getattr(self, f"_{name}").copy_(state[name])
+        self._seeded = True
+
+    def _check_state(self, state) -> None:
+        """Raise naming what is wrong if ``state`` is not a valid ``state_dict()`` of this env."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from VecSnake.state_dict(), not {type(state).__name__}")
         missing = [name for name in self._STATE if name not in state]
         if missing:
             raise ValueError(f"state is missing {missing}: not a VecSnake state_dict")
         for name in self._STATE:
             mine, theirs = getattr(self, f"_{name}"), state[name]
-            if not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape:
-                got = tuple(theirs.shape) if isinstance(theirs, torch.Tensor) else type(theirs).__name__
-                raise ValueError(
-                    f"state[{name!r}] has shape {got}, expected {tuple(mine.shape)}: "
-                    "was it saved from an env with another num_envs or grid size?"
-                )
-        for name in self._STATE:
-            getattr(self, f"_{name}").copy_(state[name])
-        self._seeded = True
+            if not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+                got = (f"{tuple(theirs.shape)} {theirs.dtype}" if isinstance(theirs, torch.Tensor)
+                       else type(theirs).__name__)
+                raise ValueError(f"state[{name!r}] is {got}, expected {tuple(mine.shape)} {mine.dtype}: "
+                                 "was it saved from an env with another num_envs or grid size?")
+        # Checked on the CPU, where a game's bad value can be named without a device round trip each.
+        s = {name: state[name].detach().to("cpu", torch.int64) for name in self._STATE}
+        H, W, cells, mask = self.height, self.width, self._cells, self._ring_mask
+        row_of, col_of = self._row_of.cpu().long(), self._col_of.cpu().long()
+        inside = torch.zeros(self._rows * self._pitch, dtype=torch.bool)
+        inside.view(self._rows, self._pitch)[1 : H + 1, :W] = True
+
+        def fail(name, bad, values, why):
+            """Raise for the first game where ``bad`` holds, naming the value (same shape as ``bad``)."""
+            if bool(bad.any()):
+                first = int(bad.reshape(-1).to(torch.uint8).argmax())
+                game, at = divmod(first, bad[0].numel()) if bad.dim() > 1 else (first, None)
+                value = values.reshape(-1)[first].item()
+                where = f"game {game}" if at is None else f"game {game}, index {at}"
+                raise ValueError(f"state[{name!r}] of {where} is {value}: {why}")
+
+        def on_grid(cells_):
+            valid = (cells_ >= 0) & (cells_ < inside.numel())
+            return valid & inside[cells_.clamp(0, inside.numel() - 1)]
+
+        clock, length = s["clock"], s["length"]
+        if s["counter"].item() < 0:
+            raise ValueError(f"state['counter'] is {s['counter'].item()}: must be >= 0")
+        fail("env_keys", (s["env_keys"] < 0) | (s["env_keys"] > _MASK32), s["env_keys"], "must be in [0, 2**32)")
+        fail("length", (length < rules.START_LENGTH) | (length > cells), length, f"must be in [3, {cells}]")
+        fail("clock", clock < length, clock, "must be at least the snake's length")
+        fail("direction", (s["direction"] < 0) | (s["direction"] > 3), s["direction"], "must be in [0, 3]")
+        steps = s["steps_since_food"]
+        fail("steps_since_food", (steps < 0) | (steps >= self.max_steps_without_food), steps,
+             f"must be in [0, {self.max_steps_without_food - 1}]")
+        fail("episode_steps", s["episode_steps"] < steps, s["episode_steps"], "must be >= steps_since_food")
+        fail("head", ~on_grid(s["head"]), s["head"], "must be a cell of the grid")
+        fail("food", ~on_grid(s["food"]), s["food"], "must be a cell of the grid")
+        stamp = s["stamp"].view(self.num_envs, -1)
+        fail("stamp", (stamp != _WALL_STAMP) & ~inside, stamp, "walls must keep their wall stamp")
+        fail("stamp", inside & ((stamp < 0) | (stamp > clock[:, None])), stamp, "must be in [0, clock] on the grid")
+        # The body: the cells the head entered at times clock, clock - 1, ... (length of them).
+        k = torch.arange(int(length.max()))
+        in_body = k < length[:, None]
+        times = clock[:, None] - k
+        body = s["ring"].gather(1, times & mask)
+        fail("ring", in_body & ~on_grid(body), body, "the body's cells (index: age) must be on the grid")
+        body = torch.where(in_body, body, s["head"][:, None])
+        stamped = stamp.gather(1, body)
+        fail("stamp", in_body & (stamped != times), stamped, "must match the ring's body cells (index: age)")
+        fail("head", body[:, 0] != s["head"], s["head"], "must be the ring's newest cell")
+        step = (body[:, :-1] - body[:, 1:]).abs()
+        fail("ring", in_body[:, 1:] & (step != 1) & (step != self._pitch), body[:, 1:],
+             "each body cell (index: age - 1) must be next to the one before")
+        offset = self._offset.cpu().long()[s["direction"].clamp(0, 3)]
+        fail("direction", body[:, 0] - body[:, 1] != offset, s["direction"], "must point from the neck to the head")
+        window = inside & (stamp > (clock - length)[:, None])
+        fail("stamp", window.sum(1) != length, window.sum(1),
+             "counts of cells stamped inside the body's window must equal the length")
+        fail("food", window.gather(1, s["food"][:, None]).squeeze(1), s["food"], "must not be on the body")
+        rows_of_body = torch.where(in_body, row_of[body], H)  # H: a row past the grid, dropped below
+        counts = torch.zeros(self.num_envs, H + 1, dtype=torch.int64).scatter_add_(1, rows_of_body, torch.ones_like(body))
+        fail("row_free", s["row_free"] != W - counts[:, :H], s["row_free"],
+             "must count the empty cells of each row (index: row)")
 
     def observe(self) -> torch.Tensor:
         """The current observation of every game (what the last ``step``/``reset`` returned)."""
