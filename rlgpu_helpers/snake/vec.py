@@ -568,7 +568,7 @@ class VecSnake(VectorEnv):
         # Checked on the CPU, where a game's bad value can be named without a device round trip each.
         s = {name: state[name].detach().to("cpu", torch.int64) for name in self._STATE}
         H, W, cells, mask = self.height, self.width, self._cells, self._ring_mask
-        row_of, col_of = self._row_of.cpu().long(), self._col_of.cpu().long()
+        row_of = self._row_of.cpu().long()
         inside = torch.zeros(self._rows * self._pitch, dtype=torch.bool)
         inside.view(self._rows, self._pitch)[1 : H + 1, :W] = True
 
