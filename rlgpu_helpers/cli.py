@@ -28,12 +28,21 @@ from pathlib import Path
 from .bench.records import save_json, save_reference
 from .bench.report import records_table
 from .bench.suites import SUITES
+from .core.checks import SEED_LIMIT, check_seed
 from .core.config import is_quick
 from .core.device import describe_device, device_report, get_device, machine_label
 
 
 class UsageError(Exception):
     """Arguments that parse but do not make sense together: reported like an argparse error (exit 2)."""
+
+
+def _seed_argument(text: str) -> int:
+    try:
+        return check_seed("--seed", int(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error) if "seed" in str(error) else
+                                         f"expected an int seed, got {text!r}") from None
 
 
 def _device_argument(text: str):
@@ -114,6 +123,11 @@ def _typed_settings(algorithm: str, pairs) -> dict:
     return settings
 
 
+# The learner's settings: a new run takes them from the command line (these defaults), a resumed
+# run from its checkpoint, so --resume refuses them.
+_LEARNER_OPTIONS = {"algo": "ppo", "obs": "features", "size": 10, "envs": None, "seed": 0, "set": []}
+
+
 def run_train(args: argparse.Namespace) -> int:
     """Train, print a summary, and write the learning curve where asked."""
     from .learn.checkpoint import CheckpointError
@@ -121,8 +135,16 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.seconds is None and args.steps is None:
         args.seconds = 300.0
-    if args.resume and args.out is None:
-        raise UsageError("--resume needs --out, the folder of the run to continue")
+    given = [f"--{name}" for name in _LEARNER_OPTIONS if getattr(args, name) not in (None, [])]
+    if args.resume:
+        if args.out is None:
+            raise UsageError("--resume needs --out, the folder of the run to continue")
+        if given:
+            raise UsageError(f"--resume continues the run in --out with the settings it was started with; "
+                             f"leave out {', '.join(given)} (--device moves it to another device)")
+    for name, default in _LEARNER_OPTIONS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     out = args.out
     if out is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -139,11 +161,12 @@ def run_train(args: argparse.Namespace) -> int:
         settings.update(_typed_settings(args.algo, args.set))
         try:
             learner = make_learner(args.algo, **settings)
-        except ValueError as error:
+        except (TypeError, ValueError) as error:
             raise UsageError(str(error)) from None
     print(describe_device(device))
     try:
         result = train(learner, seconds=args.seconds, steps=args.steps, out_dir=out, resume=args.resume,
+                       device=str(device) if args.resume else None,
                        checkpoint_every_s=args.checkpoint_every, progress=True)
     except CheckpointError as error:
         raise UsageError(str(error)) from None
@@ -192,20 +215,23 @@ def add_train(subparsers) -> None:
         "train", help="train PPO or DQN on VecSnake",
         description="Train an agent on VecSnake within a time or step budget (default: 300 seconds), "
                     "checkpointing to --out every --checkpoint-every seconds and at the end.")
-    parser.add_argument("--algo", choices=["ppo", "dqn"], default="ppo", help="learner (default: %(default)s)")
-    parser.add_argument("--obs", choices=["features", "grid"], default="features",
-                        help="observation type (default: %(default)s)")
-    parser.add_argument("--size", type=_positive(int), default=10, help="grid height and width (default: 10)")
+    parser.add_argument("--algo", choices=["ppo", "dqn"], default=None, help="learner (default: ppo)")
+    parser.add_argument("--obs", choices=["features", "grid"], default=None,
+                        help="observation type (default: features)")
+    parser.add_argument("--size", type=_positive(int), default=None, help="grid height and width (default: 10)")
     parser.add_argument("--envs", type=_positive(int), default=None, help="games stepped together")
     parser.add_argument("--device", type=_device_argument, default=None,
                         help="cpu, cuda, cuda:N or mps (default: the best available)")
     parser.add_argument("--seconds", type=_positive(float), default=None, help="training time budget")
     parser.add_argument("--steps", type=_positive(int), default=None, help="env step budget")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", type=_setting, action="append", default=[], metavar="NAME=VALUE",
+    parser.add_argument("--seed", type=_seed_argument, default=None,
+                        help="seed of the learner and the games, in [0, 2**64) (default: 0)")
+    parser.add_argument("--set", type=_setting, action="append", default=None, metavar="NAME=VALUE",
                         help="any other setting of the learner's config, e.g. --set learning_rate=3e-4")
     parser.add_argument("--out", default=None, help="run folder for checkpoints (default: runs/ALGO-OBS-TIME)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its checkpoint, with its saved settings "
+                             "(--device may move it)")
     parser.add_argument("--checkpoint-every", type=_positive(float), default=120.0, metavar="SECONDS",
                         help="seconds between checkpoints (default: %(default)s)")
     parser.add_argument("--agent", default=None, metavar="PATH", help="also save the trained agent (network only)")
@@ -223,6 +249,9 @@ def run_play(args: argparse.Namespace) -> int:
         agent = load_agent(args.agent, device=args.device if args.device is not None else "cpu")
     except CheckpointError as error:
         raise UsageError(str(error)) from None
+    if args.seed + args.games > SEED_LIMIT:
+        raise UsageError(f"--seed {args.seed} with --games {args.games}: game k plays with seed + k, "
+                         "which must stay below 2**64")
     c = agent.config
     states = []
     for game in range(args.games):
@@ -240,7 +269,8 @@ def add_play(subparsers) -> None:
                                    description="Play games with a trained agent (greedy policy) and save a GIF.")
     parser.add_argument("agent", help="an agent file (train --agent) or a run folder / checkpoint.pt")
     parser.add_argument("--games", type=_positive(int), default=1, help="games to play (default: 1)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first game's food placement")
+    parser.add_argument("--seed", type=_seed_argument, default=0,
+                        help="seed of the first game's food placement (game k uses seed + k)")
     parser.add_argument("--gif", default=None, metavar="PATH", help="save the games as an animated GIF")
     parser.add_argument("--fps", type=_positive(int), default=10, help="frames per second of the GIF")
     parser.add_argument("--device", type=_device_argument, default=None, help="device to run the network on")

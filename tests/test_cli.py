@@ -82,3 +82,35 @@ def test_python_dash_m_exits_2_without_a_traceback():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "invalid choice" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def a_gpu_machine(monkeypatch):
+    """The command line as it behaves where CUDA is present: the best device is cuda:0."""
+    from rlgpu_helpers import cli
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(cli, "get_device", lambda name=None: cuda if name in (None, "cuda") else torch.device(name))
+    monkeypatch.setattr(cli, "_device_argument", lambda text: cuda if text.startswith("cuda") else torch.device(text))
+    monkeypatch.setattr(cli, "describe_device", lambda device: f"Using {device}")
+    monkeypatch.setattr(cli, "device_report", lambda device: device_report("cpu"))
+
+
+def test_a_cpu_only_suite_measures_the_cpu_of_a_gpu_machine(a_gpu_machine, monkeypatch, capsys):
+    seen = []
+    label = machine_label(device_report("cpu"))
+    monkeypatch.setitem(SUITES, "loop", Suite(lambda device, progress: seen.append(device) or [
+        Record("naive-dqn", "baseline", "throughput", 1.0, "steps/s", {}, None, label)], "02", cpu_only=True))
+    assert main(["bench", "loop"]) == 0
+    assert seen == [torch.device("cpu")]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "loop", "--device", "cuda"])
+    assert exit_info.value.code == 2
+    assert "--device cuda:0: the loop suite measures the CPU only" in capsys.readouterr().err
+    assert seen == [torch.device("cpu")]  # refused before running
+
+
+def test_every_suite_names_its_lesson():
+    assert set(SUITES) == {"ceilings", "loop", "envs", "training"}
+    assert all(suite.lesson[:2].isdigit() for suite in SUITES.values())
+    assert [name for name, suite in SUITES.items() if suite.cpu_only] == ["loop"]

@@ -40,6 +40,11 @@ def test_train_then_play(tmp_path, capsys):
         (["train", "--set", "gamma=2", "--steps", "1"], "gamma=2.0 must be a finite number >= 0 and <= 1"),
         (["play", "/nonexistent/agent.pt"], "no checkpoint at /nonexistent/agent.pt"),
         (["play", "x.pt", "--games", "0"], "expected a positive int"),
+        (["train", "--seed", "-1"], "--seed=-1 must be a seed in [0, 2**64)"),
+        (["train", "--seed", "two"], "expected an int seed, got 'two'"),
+        (["train", "--resume", "--out", "runs/x", "--obs", "grid", "--set", "gamma=0.9"],
+         "leave out --obs, --set (--device moves it to another device)"),
+        (["train", "--set", "anneal_lr=maybe", "--steps", "1"], "--set anneal_lr='maybe': expected a bool"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
@@ -47,6 +52,24 @@ def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
         main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_resume_takes_the_device_and_keeps_the_saved_settings(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--size", "5", "--envs", "16", "--steps", "256", "--set", "num_steps=16",
+                 "--set", "hidden=8", "--device", "cpu", "--out", str(out)]) == 0
+    assert main(["train", "--resume", "--out", str(out), "--steps", "512", "--device", "cpu"]) == 0
+    assert "ppo: 512 env steps" in capsys.readouterr().out
+    assert load_agent(out).config["hidden"] == 8 and load_agent(out).config["num_envs"] == 16
+
+
+def test_play_refuses_seeds_past_the_last_one(tmp_path, capsys):
+    out = tmp_path / "run"
+    main(["train", "--size", "5", "--envs", "16", "--steps", "16", "--set", "num_steps=1", "--set", "hidden=8",
+          "--device", "cpu", "--out", str(out)])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["play", str(out), "--seed", str(2**64 - 1), "--games", "2"])
+    assert exit_info.value.code == 2 and "must stay below 2**64" in capsys.readouterr().err
 
 
 def test_resume_of_a_folder_without_checkpoint_is_a_clean_error(tmp_path):

@@ -59,7 +59,9 @@ def test_dqn_resumes_with_its_replay_buffer(tmp_path):
         (dict(), "give a budget"),
         (dict(seconds=0), "seconds=0 must be a finite number > 0"),
         (dict(steps=-5), "steps=-5 must be a finite number > 0"),
-        (dict(steps=10, resume=True), "resume=True needs out_dir"),
+        (dict(steps=10, resume=True), "resume=True continues the learner saved in out_dir"),
+        (dict(steps=10, device="cpu"), "device='cpu' is for resume=True"),
+        (dict(steps=10, checkpoint_every_s=0), "checkpoint_every_s=0 must be a finite number > 0"),
     ],
 )
 def test_bad_budgets_raise(kwargs, message):
@@ -67,8 +69,18 @@ def test_bad_budgets_raise(kwargs, message):
         train(make_learner("ppo", **SMALL), progress=False, **kwargs)
 
 
+def test_resume_needs_out_dir_and_takes_a_device(tmp_path):
+    with pytest.raises(ValueError, match="resume=True needs out_dir"):
+        train(steps=10, resume=True, progress=False)
+    train(make_learner("ppo", **SMALL), steps=ITERATION, out_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="device='tpu' is not a device"):
+        train(steps=2 * ITERATION, out_dir=tmp_path, resume=True, device="tpu", progress=False)
+    resumed = train(steps=2 * ITERATION, out_dir=tmp_path, resume=True, device="cpu", progress=False)
+    assert resumed.env_steps == 2 * ITERATION and resumed.learner.config.device == "cpu"
+
+
 def test_unknown_algorithm_or_setting_raises():
-    with pytest.raises(ValueError, match="algorithm must be one of"):
+    with pytest.raises(ValueError, match="algorithm='a2c' must be one of"):
         make_learner("a2c")
     with pytest.raises(ValueError, match=r"unknown ppo settings \['batch_size'\]"):
         make_learner("ppo", batch_size=3)

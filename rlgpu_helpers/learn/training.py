@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..core.checks import check_number
+from ..core.checks import check_bool, check_choice, check_number
+from ..core.device import get_device
 from .checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -90,8 +91,7 @@ class TrainingResult:
 
 def make_learner(algorithm: str, **config):
     """A fresh ``PPO`` or ``DQN`` learner from keyword settings of its config."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    check_choice("algorithm", algorithm, sorted(ALGORITHMS))
     config_class, learner_class = ALGORITHMS[algorithm]
     known = {f.name for f in dataclasses.fields(config_class)}
     unknown = sorted(set(config) - known)
@@ -132,28 +132,34 @@ def train(
     steps: int | None = None,
     out_dir: str | Path | None = None,
     resume: bool = False,
+    device: str | None = None,
     checkpoint_every_s: float = 120.0,
     progress: bool = True,
 ) -> TrainingResult:
     """Train ``learner`` until ``seconds`` of training time or ``steps`` env steps are spent.
 
     Both budgets count the whole run, resumed parts included. With ``out_dir``, a checkpoint is
-    written there every ``checkpoint_every_s`` seconds and at the end; ``resume=True`` continues
-    from the one already there, with its settings (``learner`` may then be None; if given, only
-    its device is used).
+    written there every ``checkpoint_every_s`` seconds and at the end. ``resume=True`` (with no
+    ``learner``) continues the learner saved in ``out_dir``, with its saved settings; ``device``
+    moves it to another device (default: the one it was saved from).
     """
     _check_budget(seconds, steps)
-    if learner is None and not resume:
+    check_bool("resume", resume)
+    check_number("checkpoint_every_s", checkpoint_every_s, above=0)
+    if resume and learner is not None:
+        raise ValueError("resume=True continues the learner saved in out_dir with its own settings: "
+                         "give learner=None (and device= to move it to another device)")
+    if not resume and learner is None:
         raise ValueError("give a learner (make_learner(...)), or resume=True with out_dir")
-    if not checkpoint_every_s > 0:
-        raise ValueError(f"checkpoint_every_s must be positive, got {checkpoint_every_s!r}")
+    if not resume and device is not None:
+        raise ValueError(f"device={device!r} is for resume=True; a new learner's device is in its config")
     path = Path(out_dir) / CHECKPOINT_NAME if out_dir is not None else None
     if resume and path is None:
         raise ValueError("resume=True needs out_dir, the folder holding the checkpoint")
     curve, spent = ScoreCurve(), 0.0
     if resume:
         state = load_checkpoint(path)
-        learner = _restore(state, path, learner.config.device if learner is not None else None)
+        learner = _restore(state, path, None if device is None else str(get_device(device, param="device")))
         curve = ScoreCurve(state["curve"], state["recent_scores"], int(state["episodes"]))
         spent = float(state["seconds"])
         torch.set_rng_state(state["rng"]["torch"])
