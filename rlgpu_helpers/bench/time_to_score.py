@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import time
 
+from ..core.checks import check_choices, check_ints, check_number
 from ..learn.training import ScoreCurve
 from .records import Record
 from .report import Table, format_number
@@ -220,11 +221,13 @@ def plot_curves(curves: list[Curve], title: str = "Learning Snake: mean score of
     return fig
 
 
-def measure_training(device, progress: bool = True) -> list[Record]:
+def measure_training(device, progress: bool = True, *, budget_s: float | None = None, seeds=None,
+                     setups=tuple(SETUPS)) -> list[Record]:
     """The ``bench training`` suite: every setup for the same budget (ours over several seeds).
 
-    Full size: 300 s per run, our PPO with seeds 0, 1, 2, the others with seed 0 (25 minutes).
-    stable-baselines3 is skipped, with a printed note, where it is not installed.
+    Full size: ``budget_s`` 300 s per run, our PPO with ``seeds`` 0, 1, 2, the other ``setups``
+    with seed 0 (25 minutes). stable-baselines3 is skipped, with a printed note, where it is not
+    installed. ``tools/gpu_sweep.py`` runs only ``setups=("ours",)`` on a GPU.
     """
     from tqdm.auto import tqdm
 
@@ -232,11 +235,12 @@ def measure_training(device, progress: bool = True) -> list[Record]:
     from ..core.device import device_report, machine_label
     from ..learn.ppo import suggested_settings
 
-    budget = pick(full=300.0, quick=4.0)
-    seeds = pick(full=(0, 1, 2), quick=(0,))
+    budget = check_number("budget_s", pick(full=300.0, quick=4.0) if budget_s is None else budget_s, above=0)
+    seeds = check_ints("seeds", pick(full=(0, 1, 2), quick=(0,)) if seeds is None else seeds, minimum=0)
+    setups = check_choices("setups", setups, tuple(SETUPS))
     machine = machine_label(device_report(device))
-    runs = [("ours", seed) for seed in seeds] + [("sb3", 0), ("naive", 0)]
-    if not sb3_available():
+    runs = [("ours", seed) for seed in seeds if "ours" in setups] + [(s, 0) for s in ("sb3", "naive") if s in setups]
+    if ("sb3", 0) in runs and not sb3_available():
         print("stable-baselines3 is not installed: skipping it (pip install -e \".[compare]\")")
         runs.remove(("sb3", 0))
     records = []

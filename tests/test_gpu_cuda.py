@@ -1,0 +1,126 @@
+"""On a CUDA GPU: the hot loops never synchronize, VecSnake captures in a CUDA graph, the same seed
+gives the same games on CPU and GPU, and PPO and DQN train. Skipped without CUDA; run with
+`pytest -m gpu` (tools/gpu_sweep.py does)."""
+
+import pytest
+import torch
+
+from rlgpu_helpers.gpu.sync import audit_syncs
+from rlgpu_helpers.learn.dqn import DQN, DQNConfig
+from rlgpu_helpers.learn.ppo import PPO, PPOConfig
+from rlgpu_helpers.learn.training import make_learner, train
+from rlgpu_helpers.snake import rules
+from rlgpu_helpers.snake.vec import VecSnake
+
+pytestmark = pytest.mark.gpu
+CUDA = "cuda"
+
+
+def random_actions(steps, num_envs, seed=0, device=CUDA):
+    return torch.randint(0, 3, (steps, num_envs), generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+def outputs(step):
+    obs, reward, terminated, truncated, info = step
+    return [obs, reward, terminated, truncated, info["final_obs"], info["episode"]["score"]]
+
+
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_vec_snake_steps_under_sync_debug_mode_error(obs_type):
+    """Any synchronizing CUDA call inside step would raise: with the default action check on."""
+    env = VecSnake(4096, 10, 10, obs_type=obs_type, device=CUDA, seed=0)
+    actions = random_actions(200, 4096)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for a in actions:
+            env.step(a)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+def test_the_audit_finds_no_sync_in_the_hot_loops_and_finds_a_real_one():
+    env = VecSnake(1024, 10, 10, device=CUDA, seed=0)
+    a = random_actions(1, 1024)[0]
+    assert audit_syncs(lambda: env.step(a), CUDA).total == 0
+    assert audit_syncs(lambda: env.step(a), CUDA, method="rules").total == 0
+    ppo = PPO(PPOConfig(num_envs=256, num_steps=4, device=CUDA))
+    assert audit_syncs(lambda: ppo.rollout_step(0), CUDA).total == 0
+    dqn = DQN(DQNConfig(num_envs=64, learning_starts=128, batch_size=64, device=CUDA))
+    for _ in range(3):
+        dqn.act_and_learn(0.5)
+    report = audit_syncs(lambda: dqn.act_and_learn(0.5), CUDA)
+    assert report.total == 0, report
+    x = torch.arange(8.0, device=CUDA)
+    found = audit_syncs(lambda: x.sum().item(), CUDA)
+    assert found.method == "cuda" and found.total >= 1, found
+    assert found.runtime_calls is None or sum(found.runtime_calls.values()) >= 1
+
+
+def test_a_bad_action_raises_once_the_device_has_caught_up():
+    env = VecSnake(64, 8, 8, device=CUDA, seed=1)
+    bad = torch.zeros(64, dtype=torch.int64, device=CUDA)
+    bad[17] = 5
+    before = env.state_dict()
+    try:
+        env.step(bad)
+    except ValueError:
+        pass  # the note may already be back
+    else:
+        torch.cuda.synchronize()
+        with pytest.raises(ValueError, match=r"actions\[17\] = 5"):
+            env.step(torch.zeros(64, dtype=torch.int64, device=CUDA))
+    after = env.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before)  # the random stream too
+
+
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_the_same_seed_gives_the_same_games_on_cpu_and_cuda(obs_type):
+    cpu = VecSnake(512, 8, 9, obs_type=obs_type, device="cpu", seed=7)
+    gpu = VecSnake(512, 8, 9, obs_type=obs_type, device=CUDA, seed=7)
+    for a in random_actions(300, 512, seed=2, device="cpu"):
+        for want, got in zip(outputs(cpu.step(a)), outputs(gpu.step(a.to(CUDA)))):
+            assert torch.equal(want, got.cpu())
+
+
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_a_cuda_graph_of_the_step_replays_the_eager_steps(obs_type):
+    """Capture VecSnake._step once; each replay with new actions must equal an eager step, and
+    the random stream (the counter the food placement hashes) must move on at every replay."""
+    eager = VecSnake(256, 8, 8, obs_type=obs_type, device=CUDA, seed=3, check_action_values=False)
+    graphed = VecSnake(256, 8, 8, obs_type=obs_type, device=CUDA, seed=3, check_action_values=False)
+    warmup, actions = random_actions(3, 256, seed=4), random_actions(100, 256, seed=5)
+    static_actions = warmup[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
+        for a in warmup:
+            static_actions.copy_(a)
+            graphed._step(static_actions)
+    torch.cuda.current_stream().wait_stream(side)
+    for a in warmup:
+        eager._step(a)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = graphed._step(static_actions)
+    counter = graphed._counter.clone()
+    for k, a in enumerate(actions, start=1):
+        static_actions.copy_(a)
+        graph.replay()
+        got = [t.clone() for t in outputs(static_out)]  # copied before the next replay overwrites them
+        for want, have in zip(outputs(eager._step(a)), got):
+            assert torch.equal(want, have)
+        assert int(graphed._counter) == int(counter) + k
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_a_short_training_run_on_cuda(algorithm):
+    settings = dict(height=6, width=6, num_envs=256, device=CUDA, seed=0)
+    if algorithm == "ppo":
+        settings.update(num_steps=16, hidden=32)
+    else:
+        settings.update(learning_starts=2_048, batch_size=128)
+    result = train(make_learner(algorithm, **settings), steps=50_000, progress=False)
+    assert result.env_steps >= 50_000 and result.episodes > 0 and result.mean_score is not None
+    assert next(result.learner.model.parameters()).device.type == "cuda"
