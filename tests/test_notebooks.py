@@ -3,6 +3,7 @@
 import ast
 import importlib
 import importlib.util
+import inspect
 import re
 from pathlib import Path
 
@@ -58,6 +59,32 @@ def test_helpers_used_in_notebooks_exist(path):
     tree = ast.parse("\n".join(python_source(cell) for cell in code_cells(path)))
     for module, attribute in sorted(used_helpers(tree)):
         assert hasattr(importlib.import_module(module), attribute), f"{path.name} uses missing {module}.{attribute}"
+
+
+def defined_names(module) -> set[str]:
+    """Names a module defines at its top level (not the ones it imports)."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebooks_import_each_helper_from_the_module_that_defines_it(path):
+    """So a helper's import line names the file to open: no re-exports in between."""
+    tree = ast.parse("\n".join(python_source(cell) for cell in code_cells(path)))
+    for module, attribute in sorted(used_helpers(tree)):
+        imported = importlib.import_module(module)
+        if inspect.ismodule(getattr(imported, attribute, None)):
+            continue  # a submodule, such as `from rlgpu_helpers.snake import rules`
+        assert attribute in defined_names(imported), (
+            f"{path.name} imports {attribute} from {module}, which does not define it")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -63,3 +63,4 @@ def test_ci_script_runs_the_readme_test_command():
     readme_commands = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
     assert any(lines[-1] in block.splitlines() for block in readme_commands)
     assert lines[-1] == "pytest"
+
