@@ -2,12 +2,11 @@
 
 import pytest
 import torch
+from test_naive_dqn import SMALL
 
 from rlgpu_helpers.bench.loop import measure_loop, measure_rows, tuning_rows
 from rlgpu_helpers.bench.records import Record
 from rlgpu_helpers.learn.naive_dqn import PARTS, LoopSettings
-
-SMALL = dict(height=6, width=6, hidden=32, learning_starts=50, buffer_size=1_000, num_threads=1)
 
 
 def test_measure_loop_times_segments_after_the_warm_up():

@@ -12,17 +12,6 @@ from rlgpu_helpers.replay.naive import ArrayReplay, DequeReplay
 SMALL = dict(height=6, width=6, hidden=32, learning_starts=50, buffer_size=1_000, num_threads=1)
 
 
-def fill(memory, transitions):
-    for transition in transitions:
-        memory.add(*transition)
-
-
-def random_transitions(count, seed=0):
-    rng = np.random.default_rng(seed)
-    return [(rng.random(11, dtype=np.float32), int(rng.integers(3)), float(rng.choice([-1.0, 0.0, 1.0])),
-             rng.random(11, dtype=np.float32), bool(rng.random() < 0.2)) for _ in range(count)]
-
-
 def test_the_memory_follows_the_array_batches_switch():
     assert isinstance(NaiveDQN(LoopSettings(**SMALL)).memory, DequeReplay)
     assert isinstance(NaiveDQN(LoopSettings(**SMALL, array_batches=True)).memory, ArrayReplay)
