@@ -10,7 +10,7 @@ each lesson's helpers live:
                                   bench.timing, bench.records, bench.report, bench.ceilings
 01    cpu_snake                   snake.rules, snake.env, snake.render, snake.widgets,
                                   learn.nets, learn.naive_dqn, learn.evaluate, replay.naive,
-                                  bench.loop
+                                  bench.loop, bench.claims (used by every lesson after it)
 02    cpu_loop_tuning             bench.loop (rows, tables, plots), learn.naive_dqn (switches)
 03    vectorized_envs             snake.cpu_vector, snake.vec, bench.envs
 04    gpu_vectorized_env          snake.vec, gpu.sync, bench.envs

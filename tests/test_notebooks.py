@@ -10,7 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 IDS = [path.name for path in NOTEBOOKS]
 
 
@@ -93,6 +94,38 @@ def test_first_code_cell_is_the_colab_install_cell(path):
     assert first == code_cells(NOTEBOOKS[0])[0].source
     assert 'if "google.colab" in sys.modules:' in first
     assert re.search(r'^COURSE_REPO = "https://', first, flags=re.M)
+
+
+def test_the_colab_cell_stops_with_a_message_while_the_repository_is_a_placeholder(monkeypatch):
+    """In Colab, an unpublished course must say what to set, not fail inside `git clone`."""
+    import subprocess
+    import sys
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "google.colab", object())
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: calls.append(args))
+    with pytest.raises(SystemExit, match="COURSE_REPO in this cell is still the placeholder"):
+        exec(code_cells(NOTEBOOKS[0])[0].source, {})
+    assert calls == []  # nothing was cloned or installed
+
+
+def test_set_course_repo_writes_the_url_into_every_first_cell(tmp_path, monkeypatch):
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("set_course_repo", ROOT / "tools" / "set_course_repo.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    for path in NOTEBOOKS[:2]:
+        shutil.copy(path, tmp_path / path.name)
+    monkeypatch.setattr(tool, "NOTEBOOKS", tmp_path)
+    tool.main(["https://github.com/example/course"])
+    for path in sorted(tmp_path.glob("*.ipynb")):
+        first = code_cells(path)[0].source
+        assert 'COURSE_REPO = "https://github.com/example/course"' in first
+        assert first.replace("https://github.com/example/course", "https://github.com/OWNER/rlgpu-course") == (
+            code_cells(NOTEBOOKS[0])[0].source)
+    with pytest.raises(SystemExit):
+        tool.main(["not a url"])
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -5,7 +5,8 @@ The harness:
 - ``timing``: ``time_callable``, warm-up, device sync, repeats, median and IQR (00);
 - ``records``: ``Record``, the JSON files and ``data/reference/`` (00);
 - ``report``: numbers, tables and plots of records (00);
-- ``suites``: the suites ``python -m rlgpu_helpers bench SUITE`` runs (00).
+- ``suites``: the suites ``python -m rlgpu_helpers bench SUITE`` runs (00);
+- ``claims``: the guides' claims as data, and the one verdict beside a measurement (01-11).
 
 The suites, each measuring what its lesson teaches:
 

@@ -1,0 +1,193 @@
+"""The guides' claims as data, and one verdict beside a measurement (introduced in notebook 01).
+
+The course grew from guides that state figures: "~500 FPS for a single CPU env", "4.7x faster",
+"2-3x faster transfers". Each is a :class:`Claim` here: where it comes from, the guide's words,
+the figure (or range), its unit, and what it was about. A notebook measures the same thing on
+its own machine and asks :func:`judge` for a :class:`Verdict`; :func:`verdicts_table` shows
+them. No notebook writes its own rule.
+
+The rule respects the measurement's spread (its IQR, or the noise of the machine as measured by
+running the same thing twice):
+
+* the claim covers ``[low, high]``; a figure stated as "about X" covers X ± 25%;
+* the measurement covers ``measured ± spread``;
+* **within noise: can't tell** when the claim is a speedup and the measurement's range includes
+  1 (no change): the effect cannot be told apart from none on this machine;
+* **held** when the two ranges overlap;
+* **partly** when they do not, but the measurement points the claimed way: a speedup beyond
+  noise in the claimed direction, or a throughput within a factor of 2 of the claimed range;
+* **did not hold** otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from ..core.checks import check_choice, check_number
+from .report import Table, format_number
+
+APPROX = 0.25
+"""How far "about X" reaches on either side of X, as a fraction of X."""
+KINDS = ("throughput", "speedup")
+HELD, PARTLY, NOT_HELD, WITHIN_NOISE = "held", "partly", "did not hold", "within noise: can't tell"
+OUTCOMES = (HELD, PARTLY, NOT_HELD, WITHIN_NOISE)
+
+GUIDE_GPU_RL = "GPU Utilization for Reinforcement Learning (guide)"
+GUIDE_SNAKE_OPT = "Performance Optimizations for Snake RL Training (guide)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A figure a guide states: ``low``..``high`` in ``unit`` (equal ends: "about" that figure).
+
+    ``kind`` is ``"speedup"`` for a ratio against a baseline (1 means no change) or
+    ``"throughput"`` for an absolute rate.
+    """
+
+    key: str
+    source: str
+    quote: str
+    low: float
+    high: float
+    unit: str
+    kind: str
+    about: str
+    lesson: str
+
+    def __post_init__(self):
+        check_choice("kind", self.kind, KINDS)
+        check_number("low", self.low, above=0)
+        check_number("high", self.high, at_least=self.low)
+        for field in ("key", "source", "quote", "unit", "about", "lesson"):
+            if not isinstance(getattr(self, field), str) or not getattr(self, field):
+                raise ValueError(f"{field}={getattr(self, field)!r} must be a non-empty str")
+
+    @property
+    def approximate(self) -> bool:
+        """A single figure ("~500"), read as that figure ± ``APPROX``."""
+        return self.low == self.high
+
+    @property
+    def covers(self) -> tuple[float, float]:
+        """The range of values the claim allows."""
+        if self.approximate:
+            return self.low * (1 - APPROX), self.high * (1 + APPROX)
+        return self.low, self.high
+
+    @property
+    def figure(self) -> str:
+        """The claim's figure as the guide puts it: "~500 steps/s", "2-3 x"."""
+        if self.approximate:
+            return f"~{format_number(self.low)} {self.unit}"
+        return f"{format_number(self.low)}-{format_number(self.high)} {self.unit}"
+
+
+def _claims(*claims: Claim) -> dict[str, Claim]:
+    return {claim.key: claim for claim in claims}
+
+
+CLAIMS = _claims(
+    # notebooks 01, 03 and 04: how fast one env, and many, run
+    Claim("single-env-fps", GUIDE_GPU_RL, "Single Environment (CPU) ... ~500 FPS", 500, 500, "steps/s",
+          "throughput", "one Snake env on a CPU, stepped one game at a time", "01"),
+    Claim("cpu-16-envs-fps", GUIDE_GPU_RL, "16 CPU envs | ~6,000", 6_000, 6_000, "steps/s",
+          "throughput", "16 Snake envs on a CPU", "03"),
+    Claim("gpu-64-envs-fps", GUIDE_GPU_RL, "64 GPU envs | ~35,000", 35_000, 35_000, "steps/s",
+          "throughput", "64 Snake games vectorized on a GPU", "04"),
+    Claim("gpu-256-envs-fps", GUIDE_GPU_RL, "~120,000 FPS with N=256", 120_000, 120_000, "steps/s",
+          "throughput", "256 Snake games vectorized on a GPU", "04"),
+    Claim("vectorized-speedup", GUIDE_GPU_RL, "100-300x speedup over single CPU environment", 100, 300, "x",
+          "speedup", "vectorized envs on a GPU against one CPU env", "04"),
+    # notebook 02: the cheap tunings of the naive loop (a 2-core CPU, per the guide)
+    Claim("loop-tunings", GUIDE_SNAKE_OPT, "Baseline: ~435 steps/second; Optimized: ~2050 steps/second; "
+          "Speedup: 4.7x faster", 2050 / 435, 2050 / 435, "x", "speedup",
+          "all the tunings together against the naive loop, on 2 CPU cores", "02"),
+    Claim("loop-baseline-fps", GUIDE_SNAKE_OPT, "CPU-only Performance (2 cores) - Baseline: ~435 steps/second",
+          435, 435, "steps/s", "throughput", "the naive DQN loop on 2 CPU cores", "02"),
+    Claim("loop-optimized-fps", GUIDE_SNAKE_OPT, "Optimized: ~2050 steps/second", 2050, 2050, "steps/s",
+          "throughput", "the tuned DQN loop on 2 CPU cores", "02"),
+    Claim("inference-mode", GUIDE_SNAKE_OPT, "Use torch.inference_mode() for action selection ... "
+          "~15% faster inference during action selection", 1.15, 1.15, "x", "speedup",
+          "the act part of a step, inference_mode against a plain forward pass", "02"),
+    Claim("set-to-none", GUIDE_SNAKE_OPT, "Use zero_grad(set_to_none=True) ... ~20% reduction in memory usage "
+          "and allocation time", 1.2, 1.2, "x", "speedup",
+          "the learn part of a step, set_to_none=True against False", "02"),
+    Claim("array-batches", GUIDE_SNAKE_OPT, "Convert numpy arrays to tensors in batches, avoid list "
+          "comprehensions ... ~30% faster tensor creation and data loading", 1.3, 1.3, "x", "speedup",
+          "the replay part of a step, batches from arrays against a deque of tuples", "02"),
+    Claim("learn-every-4", GUIDE_SNAKE_OPT, "Train every 4 steps instead of every step ... ~3x faster episode "
+          "completion", 3.0, 3.0, "x", "speedup", "learning every 4 steps against every step", "02"),
+    Claim("all-cores", GUIDE_SNAKE_OPT, "Configure PyTorch to use all available CPU cores ... ~50% faster on "
+          "multi-core CPUs", 1.5, 1.5, "x", "speedup", "all cores against one thread", "02"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A claim beside a measurement (``measured`` ± ``spread``, in the claim's unit)."""
+
+    claim: Claim
+    measured: float
+    spread: float
+    outcome: str
+
+    def __str__(self) -> str:
+        return (f"{self.claim.key}: claimed {self.claim.figure}, measured {format_number(self.measured)} "
+                f"± {format_number(self.spread)} {self.claim.unit}: {self.outcome}")
+
+
+def judge(claim: Claim, measured: float, spread: float = 0.0) -> Verdict:
+    """The verdict on ``claim`` given a measurement and its spread (same unit as the claim)."""
+    if not isinstance(claim, Claim):
+        raise TypeError(f"claim={claim!r} must be a Claim (see CLAIMS)")
+    measured = check_number("measured", measured, above=0)
+    spread = check_number("spread", spread, at_least=0)
+    low, high = claim.covers
+    lowest, highest = measured - spread, measured + spread
+    if claim.kind == "speedup" and lowest <= 1 <= highest:
+        outcome = WITHIN_NOISE
+    elif lowest <= high and highest >= low:
+        outcome = HELD
+    elif claim.kind == "speedup":
+        same_way = (measured > 1) == (claim.low > 1)
+        outcome = PARTLY if same_way else NOT_HELD
+    else:
+        near = low / 2 <= measured <= high * 2
+        outcome = PARTLY if near else NOT_HELD
+    return Verdict(claim, measured, spread, outcome)
+
+
+def verdicts_table(verdicts: Sequence[Verdict], machine: str | None = None) -> Table:
+    """One row per verdict: the claim and its source, the figure, the measurement, the verdict."""
+    verdicts = list(verdicts)
+    bad = [v for v in verdicts if not isinstance(v, Verdict)]
+    if bad:
+        raise TypeError(f"verdicts must hold only Verdict objects, not {bad[0]!r}")
+    where = f"measured on {machine}" if machine else "measured here"
+    columns = ["claim (guide's words)", "about", "claimed", where, "verdict"]
+    rows = []
+    for v in verdicts:
+        shown = f"{format_number(v.measured)} ± {format_number(v.spread)} {v.claim.unit}"
+        rows.append([v.claim.quote, v.claim.about, v.claim.figure, shown, v.outcome])
+    return Table(columns, rows, [False, False, True, True, False])
+
+
+def claims_table(claims: Sequence[Claim]) -> Table:
+    """The claims alone (no measurement): what the lesson will test, the same on every machine."""
+    rows = [[c.key, c.quote, c.figure, c.about, c.source] for c in claims]
+    return Table(["claim", "guide's words", "claimed", "about", "source"], rows, [False] * 5)
+
+
+def relative_noise(first: float, second: float) -> float:
+    """The noise of a machine from one measurement made twice: ``|a - b|`` over their mean."""
+    first, second = check_number("first", first, above=0), check_number("second", second, above=0)
+    return abs(first - second) / ((first + second) / 2)
+
+
+def speedup_spread(speedup: float, *relative_spreads: float) -> float:
+    """The spread of a ratio whose parts have these relative spreads (added in quadrature)."""
+    check_number("speedup", speedup, above=0)
+    return speedup * math.sqrt(sum(check_number("relative spread", r, at_least=0) ** 2
+                                   for r in relative_spreads))
