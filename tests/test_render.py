@@ -1,16 +1,16 @@
 """Rendering: frames show head, body order and food; animations and GIFs build cleanly."""
 
-import re
+import base64
+import io
 
 import numpy as np
 import pytest
-from matplotlib.animation import FuncAnimation
 from PIL import Image
 
 from rlgpu_helpers.snake import render
 from rlgpu_helpers.snake.env import SnakeEnv
 from rlgpu_helpers.snake.render import (
-    animate_states,
+    gif_bytes,
     render_state,
     save_animation,
     show_animation,
@@ -85,28 +85,28 @@ def test_render_state_rejects_bad_input(kwargs, error, message):
         render_state(**arguments)
 
 
-def test_animate_states_has_one_frame_per_state(tmp_path):
+def test_show_animation_is_a_gif_that_renders_without_scripts(capfd):
+    """A notebook stores the GIF itself (image/gif): it shows in an untrusted notebook, loads
+    nothing from the network, and is the same on every run with the same states."""
     states = states_of_a_short_game()
-    animation = animate_states(states, 6, 6, cell_px=PX)
-    assert isinstance(animation, FuncAnimation)
-    assert animation._save_count == len(states)
-    animation.save(str(tmp_path / "frames.html"), writer="html")  # renders it: no unused warning
-    with pytest.raises(ValueError, match="at least one SnakeState"):
-        animate_states([], 6, 6)
-    with pytest.raises(ValueError, match="interval_ms=0 must be a finite number > 0"):
-        animate_states(states, 6, 6, interval_ms=0)
-
-
-def test_show_animation_is_the_same_html_on_every_run(capfd):
-    states = states_of_a_short_game()
-    first, second = show_animation(states, 6, 6, cell_px=PX), show_animation(states, 6, 6, cell_px=PX)
-    ids = [re.search(r"_anim_img([0-9a-f]+)", html.data).group(1) for html in (first, second)]
-    # Same content, same id stem; a counter keeps two players on one page apart.
-    assert ids[0] != ids[1] and ids[0][:24] == ids[1][:24]
-    assert first.data.replace(ids[0], "") == second.data.replace(ids[1], "")
-    assert first.data.count("frames[") >= len(states)
-    assert b"Matplotlib" not in first.data.encode()
+    shown = show_animation(states, 6, 6, cell_px=PX, interval_ms=150)
+    bundle = shown._repr_mimebundle_()
+    assert set(bundle) == {"image/gif", "text/plain"}
+    assert bundle["text/plain"] == f"<Snake animation: {len(states)} frames, {6 * PX}x{6 * PX} px>"
+    data = base64.b64decode(bundle["image/gif"])
+    assert data == show_animation(states, 6, 6, cell_px=PX, interval_ms=150).data
+    with Image.open(io.BytesIO(data)) as gif:
+        assert gif.n_frames == len(states) and gif.info["duration"] == 150
+        gif.seek(len(states) - 1)
+        np.testing.assert_array_equal(np.asarray(gif.convert("RGB")), render_state(states[-1], 6, 6, PX))
     assert capfd.readouterr().err == ""
+
+
+def test_gif_bytes_rejects_bad_input():
+    with pytest.raises(ValueError, match="at least one SnakeState"):
+        gif_bytes([], 6, 6)
+    with pytest.raises(ValueError, match="interval_ms=0 must be a finite number > 0"):
+        gif_bytes(states_of_a_short_game(), 6, 6, interval_ms=0)
 
 
 def test_save_animation_writes_a_gif(tmp_path, capfd):
@@ -121,7 +121,7 @@ def test_save_animation_writes_a_gif(tmp_path, capfd):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"path": "game.png"}, "path must end in .gif, got '.*game.png'"),
+    ({"path": "game.png"}, "path='.*game.png' must end in .gif"),
     ({"fps": 0}, "fps=0 must be a finite number > 0"),
     ({"states": []}, "at least one SnakeState"),
 ])

@@ -103,3 +103,44 @@ def test_set_state_restarts_play_from_a_hand_made_position():
 def test_bad_sizes_raise():
     with pytest.raises(ValueError, match=r"height=2 must be an int in \[4, 64\]"):
         SnakePlayer(2, 10)
+
+
+def test_the_board_keeps_its_natural_size():
+    """Pinned to width x cell_px pixels, so JupyterLab neither stretches nor blurs it, and the
+    column does not stretch its children to the page width."""
+    player = SnakePlayer(8, 12, cell_px=20)
+    assert (player.image.width, player.image.height) == ("240", "160")
+    assert (player.image.layout.width, player.image.layout.height) == ("240px", "160px")
+    assert player.ui.layout.align_items == "flex-start"
+    with pytest.raises(ValueError, match="cell_px=2 must be an int >= 4"):
+        SnakePlayer(cell_px=2)
+
+
+def short_game():
+    from rlgpu_helpers.snake.env import SnakeEnv
+
+    env = SnakeEnv(6, 6)
+    env.reset(seed=0)
+    states = [env.get_state()]
+    for action in (0, 0, 1, 1, 2):
+        env.step(action)
+        states.append(env.get_state())
+    return states
+
+
+def test_the_replay_player_shows_each_frame_of_a_recorded_game():
+    from rlgpu_helpers.snake.render import png_bytes, render_state
+    from rlgpu_helpers.snake.widgets import ReplayPlayer
+
+    states = short_game()
+    player = ReplayPlayer(states, 6, 6, cell_px=10)
+    assert (player.slider.max, player.play.max) == (len(states) - 1, len(states) - 1)
+    assert bytes(player.image.value) == png_bytes(render_state(states[0], 6, 6, 10))
+    player.slider.value = 3
+    assert bytes(player.image.value) == png_bytes(render_state(states[3], 6, 6, 10))
+    assert player.status.value == f"Frame 3 of {len(states) - 1} | Score {states[3].score} | Length {states[3].length}"
+    assert repr(player) == f"ReplayPlayer({len(states)} frames, height=6, width=6)"
+    with pytest.raises(ValueError, match="at least one SnakeState"):
+        ReplayPlayer([], 6, 6)
+    with pytest.raises(ValueError, match=r"frame=99 must be an int in \[0, 5\]"):
+        player.show(99)

@@ -3,7 +3,7 @@
 - ``rules``: grid sizes, actions, the start position, ``SnakeState`` and the observations (01);
 - ``env``: ``SnakeEnv``, one game, a ``gymnasium.Env`` (01);
 - ``render``: images and animations of states (01);
-- ``widgets``: ``SnakePlayer``, play by hand in a notebook (01);
+- ``widgets``: ``SnakePlayer``, play by hand, and ``ReplayPlayer``, step through a recorded game (01);
 - ``cpu_vector``: many ``SnakeEnv`` through gymnasium's Sync/AsyncVectorEnv (03);
 - ``vec``: ``VecSnake``, N games as tensors on any device, no host syncs in ``step`` (03, 04).
 """

@@ -3,16 +3,14 @@
 Everything draws from a ``SnakeState``, so frames can come from any env that exports one
 (``SnakeEnv.get_state()``, ``VecSnake.get_state(i)``). The body fades from the head to the tail
 and consecutive cells are joined, so the order of the body is visible in a single frame.
+Animations are GIFs: ``show_animation`` for a notebook, ``save_animation`` for a file.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import re
+import base64
 from io import BytesIO
 from pathlib import Path
-from tempfile import TemporaryDirectory
 
 import numpy as np
 
@@ -26,9 +24,6 @@ HEAD = np.array((250, 220, 60), dtype=np.uint8)
 BODY_NEAR_HEAD = np.array((60, 200, 90), dtype=np.float64)
 BODY_AT_TAIL = np.array((20, 80, 50), dtype=np.float64)
 FOOD = np.array((230, 60, 60), dtype=np.uint8)
-
-_animation_ids = itertools.count()
-
 
 def render_state(state: SnakeState, height: int, width: int, cell_px: int = 16) -> np.ndarray:
     """The board as a ``uint8`` RGB image of shape ``(height * cell_px, width * cell_px, 3)``."""
@@ -65,75 +60,60 @@ def render_state(state: SnakeState, height: int, width: int, cell_px: int = 16) 
     return image
 
 
-def animate_states(states, height: int, width: int, cell_px: int = 16, interval_ms: int = 100):
-    """A ``matplotlib.animation.FuncAnimation`` with one frame per state, pixel for pixel.
+def gif_bytes(states, height: int, width: int, cell_px: int = 16, interval_ms: float = 100) -> bytes:
+    """The states as a looping GIF, one frame per state, pixel for pixel (``render_state``).
 
-    The figure is built without pyplot, so nothing is shown twice in a notebook; display it with
-    ``show_animation`` or save it with ``save_animation``.
-    """
-    from matplotlib.animation import FuncAnimation
-    from matplotlib.figure import Figure
-
-    states = list(states)
-    if not states:
-        raise ValueError("states must hold at least one SnakeState, got none")
-    check_number("interval_ms", interval_ms, above=0)
-    frames = [render_state(state, height, width, cell_px) for state in states]
-    dpi = 100
-    figure = Figure(figsize=(frames[0].shape[1] / dpi, frames[0].shape[0] / dpi), dpi=dpi)
-    axes = figure.add_axes((0, 0, 1, 1))
-    axes.set_axis_off()
-    picture = axes.imshow(frames[0], interpolation="nearest")
-
-    def draw(index):
-        picture.set_data(frames[index])
-        return (picture,)
-
-    return FuncAnimation(figure, draw, frames=len(frames), interval=interval_ms)
-
-
-def show_animation(states, height: int, width: int, cell_px: int = 16, interval_ms: int = 100):
-    """An ``IPython.display.HTML`` player (play, pause, step) of the states, for notebooks.
-
-    The HTML is the same on every run with the same states and library versions: frames carry no
-    software-version stamp and the element id comes from the frames, not from a random uuid.
-    """
-    from IPython.display import HTML
-    from matplotlib.animation import HTMLWriter
-
-    animation = animate_states(states, height, width, cell_px, interval_ms)
-    with TemporaryDirectory() as folder:
-        path = Path(folder, "animation.html")
-        writer = HTMLWriter(fps=1000 / interval_ms, embed_frames=True, default_mode="loop")
-        animation.save(str(path), writer=writer, savefig_kwargs={"metadata": {"Software": None}})
-        html = path.read_text()
-    # matplotlib names the player's elements with uuid4().hex; swap in an id made from the
-    # content and a per-process counter: stable across runs, still unique on the page.
-    found = re.search(r"_anim_img([0-9a-f]{32})", html)
-    if found:
-        digest = hashlib.sha1(html.replace(found.group(1), "").encode()).hexdigest()[:24]
-        html = html.replace(found.group(1), f"{digest}{next(_animation_ids):08x}")
-    return HTML(html)
-
-
-def save_animation(states, path, height: int, width: int, cell_px: int = 16, fps: float = 10):
-    """Write the states as a looping GIF at ``path``, one frame per state, pixel for pixel.
-
-    Writes the frames with Pillow directly (matplotlib requires Pillow, so it is always there),
-    which keeps every pixel of ``render_state`` instead of redrawing them through a figure.
+    Frames are written with Pillow directly (matplotlib requires Pillow, so it is always there),
+    so every pixel of ``render_state`` is kept. The same states give the same bytes.
     """
     from PIL import Image
 
-    path = Path(path)
-    if path.suffix.lower() != ".gif":
-        raise ValueError(f"path must end in .gif, got {str(path)!r}")
-    check_number("fps", fps, above=0)
+    check_number("interval_ms", interval_ms, above=0)
     states = list(states)
     if not states:
         raise ValueError("states must hold at least one SnakeState, got none")
     frames = [Image.fromarray(render_state(state, height, width, cell_px)) for state in states]
-    frames[0].save(path, save_all=True, append_images=frames[1:], duration=round(1000 / fps),
-                   loop=0)
+    buffer = BytesIO()
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:],
+                   duration=round(interval_ms), loop=0)
+    return buffer.getvalue()
+
+
+class Animation:
+    """A looping GIF of a game that a notebook shows as ``image/gif``.
+
+    A GIF renders everywhere, also in a notebook opened without trusting it (every fresh clone),
+    needs no script and no external asset, and is stored in the notebook as it was shown. To
+    step through a game frame by frame in a live session, use ``widgets.ReplayPlayer``.
+    """
+
+    def __init__(self, states, height: int, width: int, cell_px: int = 16, interval_ms: float = 100):
+        states = list(states)
+        self.data = gif_bytes(states, height, width, cell_px, interval_ms)
+        self.frames = len(states)
+        self.size = (width * cell_px, height * cell_px)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        text = f"<Snake animation: {self.frames} frames, {self.size[0]}x{self.size[1]} px>"
+        return {"image/gif": base64.b64encode(self.data).decode("ascii"), "text/plain": text}
+
+    def __repr__(self) -> str:
+        return f"Animation(frames={self.frames}, size={self.size})"
+
+
+def show_animation(states, height: int, width: int, cell_px: int = 16, interval_ms: float = 100) -> Animation:
+    """An :class:`Animation` of the states for a notebook cell to show (a looping GIF)."""
+    return Animation(states, height, width, cell_px, interval_ms)
+
+
+def save_animation(states, path, height: int, width: int, cell_px: int = 16, fps: float = 10):
+    """Write the states as a looping GIF at ``path``, one frame per state, pixel for pixel."""
+    path = Path(path)
+    if path.suffix.lower() != ".gif":
+        raise ValueError(f"path={str(path)!r} must end in .gif")
+    check_number("fps", fps, above=0)
+    data = gif_bytes(states, height, width, cell_px, 1000 / fps)
+    path.write_bytes(data)
     return path
 
 

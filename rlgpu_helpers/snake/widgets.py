@@ -1,14 +1,21 @@
-"""Play Snake by hand in a notebook (introduced in notebook 01).
+"""Play Snake by hand, and step through a recorded game, in a notebook (introduced in notebook 01).
 
 ``SnakePlayer`` wraps a ``SnakeEnv`` in ipywidgets: turn buttons, a restart button and an
 auto-play control. Without auto-play every click is one step. With auto-play the snake moves
 straight on every tick, and a click on a turn is remembered and applied on the next tick.
+
+``ReplayPlayer`` shows a recorded game (a list of ``SnakeState``) frame by frame, with a play
+button and a slider: the live counterpart of ``render.show_animation``'s GIF.
+
+Both draw the board at its natural size (``cell_px`` per cell), so it is neither stretched to the
+width of the page nor blurred, and the board and its buttons fit a laptop screen together.
 """
 
 from __future__ import annotations
 
 import ipywidgets as widgets
 
+from ..core.checks import check_int
 from . import rules
 from .env import SnakeEnv
 from .render import png_bytes, render_state
@@ -27,8 +34,8 @@ class SnakePlayer:
 
     def __init__(self, height=10, width=10, seed=None, cell_px=24):
         self.env = SnakeEnv(height, width)
-        self.cell_px = cell_px
-        self.image = widgets.Image(format="png")
+        self.cell_px = check_int("cell_px", cell_px, 4)
+        self.image = board_image(height, width, cell_px)
         self.buttons = {label: widgets.Button(description=label) for label in BUTTON_ACTIONS}
         for label, button in self.buttons.items():
             button.on_click(lambda _, action=BUTTON_ACTIONS[label]: self._on_turn(action))
@@ -46,7 +53,7 @@ class SnakePlayer:
             widgets.HBox(list(self.buttons.values()) + [self.restart_button]),
             widgets.HBox([self.play, self.speed]),
             self.status,
-        ])
+        ], layout=widgets.Layout(align_items="flex-start"))  # children keep their own width
         self._pending_action = 0
         self.restart(seed=seed)
 
@@ -109,3 +116,51 @@ class SnakePlayer:
         self.image.value = png_bytes(render_state(state, self.env.height, self.env.width, self.cell_px))
         status = self._outcome if not self.game_over else f"game over, {self._outcome}: press Restart"
         self.status.value = f"Score {state.score} | Length {state.length} | {status}"
+
+
+def board_image(height: int, width: int, cell_px: int) -> widgets.Image:
+    """An image widget pinned to the board's natural size in pixels (no stretching, no blur)."""
+    px_wide, px_high = width * cell_px, height * cell_px
+    return widgets.Image(format="png", width=px_wide, height=px_high,
+                         layout=widgets.Layout(width=f"{px_wide}px", height=f"{px_high}px"))
+
+
+class ReplayPlayer:
+    """Step through a recorded game frame by frame; show it with ``display(player)``.
+
+    ``states`` are the game's ``SnakeState`` from start to end (``learn.agents.play_episode``
+    returns them). The play button runs the frames at ``interval_ms``; the slider picks one.
+    """
+
+    def __init__(self, states, height: int, width: int, cell_px: int = 16, interval_ms: int = 100):
+        self.states = list(states)
+        if not self.states:
+            raise ValueError("states must hold at least one SnakeState, got none")
+        self.height, self.width = rules.check_grid_size(height, width)
+        self.cell_px = check_int("cell_px", cell_px, 4)
+        interval_ms = check_int("interval_ms", interval_ms, 1)
+        self.image = board_image(height, width, cell_px)
+        last = len(self.states) - 1
+        self.play = widgets.Play(value=0, min=0, max=last, step=1, interval=interval_ms, description="Play")
+        self.slider = widgets.IntSlider(value=0, min=0, max=last, description="frame")
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.status = widgets.Label()
+        self.slider.observe(lambda change: self.show(change["new"]), names="value")
+        self.ui = widgets.VBox([self.image, widgets.HBox([self.play, self.slider]), self.status],
+                               layout=widgets.Layout(align_items="flex-start"))
+        self.show(0)
+
+    def show(self, frame: int) -> None:
+        """Draw frame ``frame`` (0 is the start)."""
+        frame = check_int("frame", frame, 0, len(self.states) - 1)
+        state = self.states[frame]
+        self.image.value = png_bytes(render_state(state, self.height, self.width, self.cell_px))
+        self.status.value = f"Frame {frame} of {len(self.states) - 1} | Score {state.score} | Length {state.length}"
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = self.ui._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = repr(self)
+        return bundle
+
+    def __repr__(self):
+        return f"ReplayPlayer({len(self.states)} frames, height={self.height}, width={self.width})"
