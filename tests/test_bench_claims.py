@@ -93,6 +93,7 @@ def test_tables_show_the_claims_and_the_verdicts():
 
 def test_noise_helpers():
     assert relative_noise(100, 110) == pytest.approx(10 / 105)
+    assert relative_noise(0, 0) == 0.0
     assert speedup_spread(2.0, 0.03, 0.04) == pytest.approx(2.0 * 0.05)
     assert speedup_spread(2.0) == 0.0
 
@@ -105,7 +106,7 @@ def test_noise_helpers():
     (lambda: Claim("k", "s", "q", 3, 2, "x", "speedup", "a", "00"), ValueError, "high=2 must be a finite number >= 3"),
     (lambda: Claim("k", "s", "q", 1, 2, "x", "ratio", "a", "00"), ValueError, "kind='ratio' must be one of"),
     (lambda: verdicts_table(["held"]), TypeError, "only Verdict objects"),
-    (lambda: relative_noise(0, 1), ValueError, "first=0"),
+    (lambda: relative_noise(-1, 1), ValueError, "first=-1 must be a finite number >= 0"),
 ])
 def test_bad_input_raises(call, error, message):
     with pytest.raises(error, match=message):

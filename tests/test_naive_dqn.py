@@ -147,3 +147,16 @@ def test_the_naive_dqn_beats_random_play_on_a_small_grid():
     result = run_naive_dqn(settings, steps=3_000, progress=False)
     score = evaluate(result.q_network, 50, seed=1, height=6, width=6).mean()
     assert score > random_score + 3.0, (score, random_score)
+
+
+def test_score_gap_counts_standard_errors():
+    from rlgpu_helpers.learn.evaluate import score_gap, standard_error
+
+    a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([3.0, 4.0, 5.0, 6.0])
+    assert standard_error(a) == pytest.approx(np.std(a, ddof=1) / 2)
+    gap, in_errors = score_gap(a, b)
+    assert gap == 2.0 and in_errors == pytest.approx(2.0 / np.hypot(standard_error(a), standard_error(b)))
+    assert score_gap([1.0, 1.0], [1.0, 1.0]) == (0.0, 0.0)
+    assert score_gap([1.0, 1.0], [2.0, 2.0]) == (1.0, float("inf"))
+    with pytest.raises(ValueError, match="at least 2 scores"):
+        standard_error([3.0])

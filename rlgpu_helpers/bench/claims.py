@@ -181,9 +181,10 @@ def claims_table(claims: Sequence[Claim]) -> Table:
 
 
 def relative_noise(first: float, second: float) -> float:
-    """The noise of a machine from one measurement made twice: ``|a - b|`` over their mean."""
-    first, second = check_number("first", first, above=0), check_number("second", second, above=0)
-    return abs(first - second) / ((first + second) / 2)
+    """The noise of a machine from one measurement made twice: ``|a - b|`` over their mean (0 if both are 0)."""
+    first, second = check_number("first", first, at_least=0), check_number("second", second, at_least=0)
+    mean = (first + second) / 2
+    return abs(first - second) / mean if mean > 0 else 0.0
 
 
 def speedup_spread(speedup: float, *relative_spreads: float) -> float:

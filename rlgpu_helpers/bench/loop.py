@@ -21,20 +21,27 @@ from ..core.checks import check_int
 from ..core.config import pick
 from ..core.device import device_report, get_device, logical_cores, machine_label
 from ..learn.naive_dqn import PARTS, LoopSettings, NaiveDQN, NaiveRunResult
+from .claims import CLAIMS, Verdict, judge, relative_noise, speedup_spread
 from .records import Record
 from .report import Table, format_number
+
+
+BASELINE, BASELINE_AGAIN = "baseline", "baseline, again"
 
 
 def tuning_rows(base: LoopSettings | None = None, *, learn_every: int = 4,
                 batch_sizes: tuple[int, ...] = (64, 128), together_threads: int | None = 1
                 ) -> dict[str, LoopSettings]:
-    """The rows of notebook 02: the baseline, each tuning alone, then the tunings together.
+    """The rows of notebook 02: the baseline, each tuning alone, the tunings together, and the
+    baseline again.
 
     ``base`` (default ``LoopSettings()``) gives the hyperparameters of every row. The thread-count
-    rows use one thread and every logical core this process may use (PyTorch's default, which
-    the baseline keeps). "All together" turns on the four code-path switches and runs on
-    ``together_threads`` threads (None: the baseline's); it keeps the baseline's batch size,
-    since a batch size changes what the agent learns, not only how fast.
+    rows use one thread and every logical core this process may use ("all cores", PyTorch's
+    default, which the baseline keeps). "All together" turns on the four code-path switches and
+    runs on ``together_threads`` threads (None: the baseline's); it keeps the baseline's batch
+    size, since a batch size changes what the agent learns, not only how fast. The last row
+    measures the baseline a second time: the difference between the two is this machine's
+    noise (:func:`machine_noise`), against which every tuning is judged.
     """
     base = base if base is not None else LoopSettings()
     if not isinstance(base, LoopSettings):
@@ -44,7 +51,7 @@ def tuning_rows(base: LoopSettings | None = None, *, learn_every: int = 4,
         check_int("together_threads", together_threads, 1)
     cores = logical_cores() or 1
     rows = {
-        "baseline": base,
+        BASELINE: base,
         "inference_mode for acting": base.replace(inference_mode=True),
         "zero_grad(set_to_none=True)": base.replace(set_to_none=True),
         f"learn every {learn_every} steps": base.replace(learn_every=learn_every),
@@ -52,11 +59,12 @@ def tuning_rows(base: LoopSettings | None = None, *, learn_every: int = 4,
         "1 thread": base.replace(num_threads=1),
     }
     if cores > 1:
-        rows[f"{cores} threads"] = base.replace(num_threads=cores)
+        rows["all cores"] = base.replace(num_threads=cores)
     for size in batch_sizes:
         rows[f"batch size {size}"] = base.replace(batch_size=size)
     rows["all together"] = base.replace(inference_mode=True, set_to_none=True, learn_every=learn_every,
                                         array_batches=True, num_threads=together_threads)
+    rows[BASELINE_AGAIN] = base
     return rows
 
 
@@ -79,9 +87,15 @@ class LoopMeasurement:
         return float(q3 - q1)
 
     def microseconds_per_step(self) -> dict[str, float]:
-        """Each part's time per env step (µs), summed over the segments."""
-        steps = sum(run.steps for run in self.runs)
-        return {part: 1e6 * sum(run.times[part] for run in self.runs) / steps for part in PARTS}
+        """The median step time (µs, the same statistic as ``steps_per_second``), split into parts.
+
+        Each part gets its share of the time of all timed segments, so the parts add up to
+        exactly ``1e6 / steps_per_second``.
+        """
+        totals = {part: sum(run.times[part] for run in self.runs) for part in PARTS}
+        whole = sum(totals.values())
+        step_us = 1e6 / self.steps_per_second
+        return {part: step_us * seconds / whole for part, seconds in totals.items()}
 
     def record(self, variant: str, machine: str) -> Record:
         """The median steps/s as a benchmark ``Record`` (name ``naive-dqn``)."""
@@ -169,6 +183,62 @@ def measure_tunings(device: str | torch.device | None = "cpu", progress: bool = 
     return [measured.record(name, machine) for name, measured in measure_rows(progress=progress).items()]
 
 
+def machine_noise(measurements: dict[str, LoopMeasurement]) -> dict[str, float]:
+    """This machine's noise: how far the two measurements of the same baseline loop disagree.
+
+    Relative (0.05 is 5%) for steps/s (key ``"steps/s"``) and for each part of the step, from
+    the rows ``"baseline"`` and ``"baseline, again"`` of :func:`tuning_rows`.
+    """
+    measurements = _check_measurements(measurements)
+    missing = [row for row in (BASELINE, BASELINE_AGAIN) if row not in measurements]
+    if missing:
+        raise ValueError(f"measurements lack the rows {missing}: measure tuning_rows(), which has both baselines")
+    first, second = measurements[BASELINE], measurements[BASELINE_AGAIN]
+    noise = {"steps/s": relative_noise(first.steps_per_second, second.steps_per_second)}
+    split_1, split_2 = first.microseconds_per_step(), second.microseconds_per_step()
+    noise.update({part: relative_noise(split_1[part], split_2[part]) for part in PARTS})
+    return noise
+
+
+def tuning_factor(measurements: dict[str, LoopMeasurement], row: str, reference: str, what: str) -> float:
+    """How many times faster ``row`` is than ``reference``: in steps/s, or in one part's µs/step."""
+    measured, base = measurements[row], measurements[reference]
+    if what == "steps/s":
+        return measured.steps_per_second / base.steps_per_second
+    return base.microseconds_per_step()[what] / measured.microseconds_per_step()[what]
+
+
+# (claim, row, compared with, what is compared): each guide figure beside the row that tests it
+TUNING_CLAIMS = (
+    ("inference-mode", "inference_mode for acting", BASELINE, "act"),
+    ("set-to-none", "zero_grad(set_to_none=True)", BASELINE, "learn"),
+    ("array-batches", "batches from arrays", BASELINE, "replay"),
+    ("learn-every-4", "learn every 4 steps", BASELINE, "steps/s"),
+    ("all-cores", "all cores", "1 thread", "steps/s"),
+    ("loop-tunings", "all together", BASELINE, "steps/s"),
+)
+
+
+def tuning_verdicts(measurements: dict[str, LoopMeasurement]) -> list[Verdict]:
+    """The guide's claims about the tunings, each judged against this machine's noise.
+
+    A tuning's factor is a ratio of two measurements, each as uncertain as the two baselines
+    disagree (:func:`machine_noise`), so its spread adds that noise twice in quadrature. The
+    guide's absolute figures (about 435 steps/s before, 2,050 after) are judged against the
+    rows' interquartile ranges. A row that was not measured (on one core: "all cores") is left out.
+    """
+    noise = machine_noise(measurements)
+    verdicts = []
+    for key, row, reference, what in TUNING_CLAIMS:
+        if row in measurements and reference in measurements:
+            factor = tuning_factor(measurements, row, reference, what)
+            verdicts.append(judge(CLAIMS[key], factor, speedup_spread(factor, noise[what], noise[what])))
+    for key, row in (("loop-baseline-fps", BASELINE), ("loop-optimized-fps", "all together")):
+        if row in measurements:
+            verdicts.append(judge(CLAIMS[key], measurements[row].steps_per_second, measurements[row].spread))
+    return verdicts
+
+
 class LoopTable(Table):
     """Measured loops side by side: ``str()`` gives aligned text, Jupyter shows HTML.
 
@@ -188,14 +258,38 @@ class LoopTable(Table):
         rows = []
         for name, measured in measurements.items():
             per_step = measured.microseconds_per_step()
-            seconds = sum(run.seconds for run in measured.runs)
-            replayed = sum(run.updates for run in measured.runs) * measured.settings.batch_size / seconds
+            updates_per_step = sum(run.updates for run in measured.runs) / sum(run.steps for run in measured.runs)
+            replayed = updates_per_step * measured.settings.batch_size * measured.steps_per_second
             values = [measured.steps_per_second, measured.spread]
             if base is not None:
                 values.append(measured.steps_per_second / base)
             values += [replayed, *per_step.values(), sum(per_step.values())]
             rows.append([name, *(format_number(value) for value in values)])
         super().__init__(columns, rows, [index > 0 for index in range(len(columns))])
+
+
+def changes_table(measurements: dict[str, LoopMeasurement]) -> Table:
+    """Each row's speedup and the µs per step it saved (−) or added (+) in each part, vs the baseline.
+
+    A change no larger than this machine's noise in that part (:func:`machine_noise`) is shown in
+    parentheses: it cannot be told apart from measuring the same loop twice.
+    """
+    noise = machine_noise(measurements)
+    base = measurements[BASELINE]
+    base_split = base.microseconds_per_step()
+    rows = []
+    for name, measured in measurements.items():
+        split = measured.microseconds_per_step()
+        cells = []
+        for part in PARTS:
+            change = split[part] - base_split[part]
+            text = f"{change:+,.0f}"
+            cells.append(f"({text})" if abs(change) <= noise[part] * base_split[part] else text)
+        factor = measured.steps_per_second / base.steps_per_second
+        within = abs(factor - 1) <= noise["steps/s"]
+        rows.append([name, f"({factor:.2f})" if within else f"{factor:.2f}", *cells])
+    columns = ["loop", "speedup (x)", *(f"{part} change (µs/step)" for part in PARTS)]
+    return Table(columns, rows, [False] + [True] * (1 + len(PARTS)))
 
 
 def loop_table(measurements: dict[str, LoopMeasurement], baseline: str | None = "baseline") -> LoopTable:

@@ -1,10 +1,13 @@
 """Scoring a Q-network: greedy games on ``SnakeEnv``, and the random player to beat.
 
 Introduced in notebook 01. The games are seeded, so the same network always gets the same
-scores and two networks can be compared on the same games.
+scores and two networks can be compared on the same games; ``score_gap`` says whether the
+difference between two sets of scores is more than chance (notebook 02).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -50,3 +53,25 @@ def evaluate_random(episodes: int = 1000, seed: int = 0, *, height: int = 10, wi
     """Scores of ``episodes`` seeded games with uniformly random actions: the score to beat."""
     rng = np.random.default_rng(seed)
     return _play(lambda obs: int(rng.integers(rules.NUM_ACTIONS)), episodes, seed, height, width, "features")
+
+
+def standard_error(scores) -> float:
+    """The standard error of the mean of ``scores`` (their standard deviation over sqrt(count))."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.ndim != 1 or len(scores) < 2:
+        raise ValueError(f"scores must be a 1-d sequence of at least 2 scores, got shape {scores.shape}")
+    return float(scores.std(ddof=1) / np.sqrt(len(scores)))
+
+
+def score_gap(first, second) -> tuple[float, float]:
+    """How much higher ``second``'s mean score is than ``first``'s, and that gap in standard errors.
+
+    A gap within about 2 standard errors is what two equally good players often show on these
+    many games; beyond it, one is likely better.
+    """
+    first, second = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    gap = float(second.mean() - first.mean())
+    error = float(np.hypot(standard_error(first), standard_error(second)))
+    if error == 0:  # every game scored the same on both sides
+        return gap, 0.0 if gap == 0 else math.copysign(math.inf, gap)
+    return gap, gap / error
