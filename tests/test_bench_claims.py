@@ -22,6 +22,7 @@ from rlgpu_helpers.bench.claims import (
 )
 
 ABOUT_500 = Claim("k", "a guide", "~500 FPS", 500, 500, "steps/s", "throughput", "one env", "01")
+ABOUT_15_PERCENT = Claim("k", "a guide", "~15% faster", 1.15, 1.15, "x", "speedup", "acting", "02")
 TWO_TO_THREE_X = Claim("k", "a guide", "2-3x faster", 2, 3, "x", "speedup", "pinned memory", "05")
 
 
@@ -48,6 +49,10 @@ def test_the_table_of_fps_claims_is_all_there():
     (ABOUT_500, 900, 0, PARTLY),        # within a factor of 2 of the range
     (ABOUT_500, 155_000, 2_000, NOT_HELD),
     (ABOUT_500, 100, 10, NOT_HELD),
+    (ABOUT_15_PERCENT, 1.15, 0.01, HELD),
+    (ABOUT_15_PERCENT, 1.18, 0.01, HELD),       # the gain, 0.15, give or take 25%: 1.11x to 1.19x
+    (ABOUT_15_PERCENT, 1.05, 0.01, PARTLY),     # faster, by less
+    (ABOUT_15_PERCENT, 0.95, 0.01, NOT_HELD),   # a slowdown never holds a claimed speedup
     (TWO_TO_THREE_X, 2.5, 0.1, HELD),
     (TWO_TO_THREE_X, 1.4, 0.1, PARTLY),  # faster, as claimed, but less
     (TWO_TO_THREE_X, 9.0, 0.5, PARTLY),  # faster, more than claimed

@@ -9,7 +9,9 @@ them. No notebook writes its own rule.
 The rule respects the measurement's spread (its IQR, or the noise of the machine as measured by
 running the same thing twice):
 
-* the claim covers ``[low, high]``; a figure stated as "about X" covers X ± 25%;
+* the claim covers ``[low, high]``; a figure stated as "about X" covers X ± 25%, and a speedup
+  stated as "about X" covers a gain of (X - 1) ± 25% ("~15% faster" is 1.11x to 1.19x, not
+  0.86x to 1.44x, which would count a slowdown as holding);
 * the measurement covers ``measured ± spread``;
 * **within noise: can't tell** when the claim is a speedup and the measurement's range includes
   1 (no change): the effect cannot be told apart from none on this machine;
@@ -71,10 +73,13 @@ class Claim:
 
     @property
     def covers(self) -> tuple[float, float]:
-        """The range of values the claim allows."""
-        if self.approximate:
-            return self.low * (1 - APPROX), self.high * (1 + APPROX)
-        return self.low, self.high
+        """The range of values the claim allows (see the module docstring)."""
+        if not self.approximate:
+            return self.low, self.high
+        if self.kind == "speedup":
+            gain = self.low - 1
+            return 1 + gain * (1 - APPROX), 1 + gain * (1 + APPROX)
+        return self.low * (1 - APPROX), self.high * (1 + APPROX)
 
     @property
     def figure(self) -> str:
