@@ -21,7 +21,7 @@ from rlgpu_helpers.bench.claims import (
     verdicts_table,
 )
 
-ABOUT_500 = Claim("k", "a guide", "~500 FPS", 500, 500, "steps/s", "throughput", "one env", "01")
+ABOUT_500 = Claim("k", "a guide", "~500 FPS", 500, 500, "steps/s", "figure", "one env", "01")
 ABOUT_15_PERCENT = Claim("k", "a guide", "~15% faster", 1.15, 1.15, "x", "speedup", "acting", "02")
 TWO_TO_THREE_X = Claim("k", "a guide", "2-3x faster", 2, 3, "x", "speedup", "pinned memory", "05")
 
@@ -65,7 +65,7 @@ def test_verdicts_by_hand(claim, measured, spread, outcome):
 
 
 @given(measured=st.floats(0.01, 1e6), spread=st.floats(0, 1e5), extra=st.floats(0, 1e5),
-       low=st.floats(0.1, 1e4), width=st.floats(0, 1e4), kind=st.sampled_from(["throughput", "speedup"]))
+       low=st.floats(0.1, 1e4), width=st.floats(0, 1e4), kind=st.sampled_from(["figure", "speedup"]))
 def test_more_uncertainty_never_makes_a_verdict_stronger(measured, spread, extra, low, width, kind):
     """Widening the spread can turn "partly" or "did not hold" into "held" or "can't tell", but
     never turns "held" into a refusal: a noisier measurement never disproves a claim."""
@@ -80,7 +80,7 @@ def test_more_uncertainty_never_makes_a_verdict_stronger(measured, spread, extra
 
 @given(measured=st.floats(0.01, 1e6), low=st.floats(0.1, 1e4), width=st.floats(0, 1e4))
 def test_a_measurement_inside_the_claimed_range_holds(measured, low, width):
-    claim = Claim("k", "a guide", "words", low, low + width, "steps/s", "throughput", "x", "00")
+    claim = Claim("k", "a guide", "words", low, low + width, "steps/s", "figure", "x", "00")
     lowest, highest = claim.covers
     inside = lowest <= measured <= highest
     assert (judge(claim, measured).outcome == HELD) == inside

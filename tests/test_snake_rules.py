@@ -163,3 +163,12 @@ def test_won_state_has_no_food_in_either_observation():
     assert rules.observe(state, 4, 4, "grid")[2].sum() == 0
     assert rules.observe(state, 4, 4, "features")[7:].sum() == 0
     assert rules.observe(state, 4, 4, "grid")[1].min() == pytest.approx(1 / 16)
+
+
+def test_feature_names_match_the_observation():
+    assert len(rules.FEATURE_NAMES) == rules.NUM_FEATURES
+    # Start of a game heading right, food straight below the head: heading right, food down.
+    state = SnakeState(rules.start_body(10, 10), RIGHT, (8, 5))
+    obs = rules.observe(state, 10, 10, "features")
+    on = [name for name, value in zip(rules.FEATURE_NAMES, obs) if value]
+    assert on == ["heading right", "food down"]

@@ -17,7 +17,7 @@ running the same thing twice):
   1 (no change): the effect cannot be told apart from none on this machine;
 * **held** when the two ranges overlap;
 * **partly** when they do not, but the measurement points the claimed way: a speedup beyond
-  noise in the claimed direction, or a throughput within a factor of 2 of the claimed range;
+  noise in the claimed direction, or a figure within a factor of 2 of the claimed range;
 * **did not hold** otherwise.
 """
 
@@ -32,7 +32,7 @@ from .report import Table, format_number
 
 APPROX = 0.25
 """How far "about X" reaches on either side of X, as a fraction of X."""
-KINDS = ("throughput", "speedup")
+KINDS = ("figure", "speedup")
 HELD, PARTLY, NOT_HELD, WITHIN_NOISE = "held", "partly", "did not hold", "within noise: can't tell"
 OUTCOMES = (HELD, PARTLY, NOT_HELD, WITHIN_NOISE)
 
@@ -45,7 +45,7 @@ class Claim:
     """A figure a guide states: ``low``..``high`` in ``unit`` (equal ends: "about" that figure).
 
     ``kind`` is ``"speedup"`` for a ratio against a baseline (1 means no change) or
-    ``"throughput"`` for an absolute rate.
+    ``"figure"`` for an absolute quantity (a rate, a time).
     """
 
     key: str
@@ -96,23 +96,25 @@ def _claims(*claims: Claim) -> dict[str, Claim]:
 CLAIMS = _claims(
     # notebooks 01, 03 and 04: how fast one env, and many, run
     Claim("single-env-fps", GUIDE_GPU_RL, "Single Environment (CPU) ... ~500 FPS", 500, 500, "steps/s",
-          "throughput", "one Snake env on a CPU, stepped one game at a time", "01"),
+          "figure", "one Snake env on a CPU, stepped one game at a time", "01"),
     Claim("cpu-16-envs-fps", GUIDE_GPU_RL, "16 CPU envs | ~6,000", 6_000, 6_000, "steps/s",
-          "throughput", "16 Snake envs on a CPU", "03"),
+          "figure", "16 Snake envs on a CPU", "03"),
     Claim("gpu-64-envs-fps", GUIDE_GPU_RL, "64 GPU envs | ~35,000", 35_000, 35_000, "steps/s",
-          "throughput", "64 Snake games vectorized on a GPU", "04"),
+          "figure", "64 Snake games vectorized on a GPU", "04"),
     Claim("gpu-256-envs-fps", GUIDE_GPU_RL, "~120,000 FPS with N=256", 120_000, 120_000, "steps/s",
-          "throughput", "256 Snake games vectorized on a GPU", "04"),
+          "figure", "256 Snake games vectorized on a GPU", "04"),
     Claim("vectorized-speedup", GUIDE_GPU_RL, "100-300x speedup over single CPU environment", 100, 300, "x",
           "speedup", "vectorized envs on a GPU against one CPU env", "04"),
+    Claim("single-env-million-steps", GUIDE_GPU_RL, "Single CPU env | ~500 | ~33 min (training time, 1M steps)",
+          33, 33, "min", "figure", "one million training steps with one Snake env on a CPU", "01"),
     # notebook 02: the cheap tunings of the naive loop (a 2-core CPU, per the guide)
     Claim("loop-tunings", GUIDE_SNAKE_OPT, "Baseline: ~435 steps/second; Optimized: ~2050 steps/second; "
           "Speedup: 4.7x faster", 2050 / 435, 2050 / 435, "x", "speedup",
           "all the tunings together against the naive loop, on 2 CPU cores", "02"),
     Claim("loop-baseline-fps", GUIDE_SNAKE_OPT, "CPU-only Performance (2 cores) - Baseline: ~435 steps/second",
-          435, 435, "steps/s", "throughput", "the naive DQN loop on 2 CPU cores", "02"),
+          435, 435, "steps/s", "figure", "the naive DQN loop on 2 CPU cores", "02"),
     Claim("loop-optimized-fps", GUIDE_SNAKE_OPT, "Optimized: ~2050 steps/second", 2050, 2050, "steps/s",
-          "throughput", "the tuned DQN loop on 2 CPU cores", "02"),
+          "figure", "the tuned DQN loop on 2 CPU cores", "02"),
     Claim("inference-mode", GUIDE_SNAKE_OPT, "Use torch.inference_mode() for action selection ... "
           "~15% faster inference during action selection", 1.15, 1.15, "x", "speedup",
           "the act part of a step, inference_mode against a plain forward pass", "02"),

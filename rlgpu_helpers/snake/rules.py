@@ -23,6 +23,11 @@ OBS_TYPES = ("features", "grid")
 NUM_ACTIONS = 3
 NUM_FEATURES = 11
 
+FEATURE_NAMES = ("danger straight", "danger right", "danger left",
+                 "heading up", "heading right", "heading down", "heading left",
+                 "food up", "food right", "food down", "food left")
+"""What each of the 11 numbers of a "features" observation says, in order."""
+
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 # Row and column change of one step in each direction.
 DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
