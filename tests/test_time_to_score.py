@@ -11,8 +11,10 @@ from rlgpu_helpers.bench.time_to_score import (
     run_ours,
     run_sb3,
     sb3_available,
+    compare_to_score,
+    sb3_vec_env_rates,
     seed_summary,
-    summary_table,
+    time_to_score_table,
 )
 
 
@@ -25,7 +27,8 @@ def curve(setup="ours", scores=(None, 2.0, 12.0, 25.0), seconds=4.0, steps=4000)
 def test_seconds_to_score_is_the_first_point_at_or_above_it():
     c = curve()
     assert c.seconds_to_score(2.0) == 2.0 and c.seconds_to_score(20) == 4.0
-    assert c.seconds_to_score(30) is None
+    assert c.steps_to_score(2.0) == 2000 and c.steps_to_score(20) == 4000
+    assert c.seconds_to_score(30) is None and c.steps_to_score(30) is None
     assert c.final_mean_score == 25.0 and c.steps_per_second == 1000.0
 
 
@@ -35,17 +38,33 @@ def test_curve_records_skip_thresholds_never_reached():
     assert by_metric["throughput"].value == 1000.0 and by_metric["throughput"].unit == "steps/s"
     assert by_metric["final mean score"].value == 25.0
     assert by_metric["seconds to mean score 10"].value == 3.0
+    assert by_metric["env steps to mean score 10"].value == 3000 and by_metric["env steps to mean score 10"].unit == "steps"
     assert "seconds to mean score 30" not in by_metric
     assert all(r.params == {"budget_s": 4, "seed": 1} and r.machine == "m" for r in records)
+    sb3 = Curve("sb3", 4.0, 4000, curve().points, {"num_envs": 2, "vec_env": "DummyVecEnv"})
+    assert curve_records(sb3, "m", 4, 0)[0].params == {"budget_s": 4, "seed": 0, "num_envs": 2, "vec_env": "DummyVecEnv"}
 
 
-def test_summary_table_has_speedups_against_the_other_setups():
-    table = summary_table([curve("ours", steps=40_000), curve("naive", steps=400)])
-    assert "speedup vs naive (x)" in table.columns
+def test_the_headline_table_is_time_and_env_steps_to_each_score():
+    table = time_to_score_table([curve("ours", steps=40_000), curve("naive", scores=(None, 1.0, 3.0))])
     ours, naive = table.rows
-    assert ours[table.columns.index("speedup vs naive (x)")] == "100"
-    assert naive[table.columns.index("time to mean score 20 (s)")] == "4.00"
-    assert "<table>" in table._repr_html_() and "throughput (steps/s)" in str(table)
+    assert table.columns[1:5] == ["time to mean score 10 (s)", "env steps to mean score 10",
+                                  "time to mean score 20 (s)", "env steps to mean score 20"]
+    assert ours[1:5] == ["3.00", "3,000", "4.00", "4,000"]
+    assert naive[1:3] == ["not reached", "not reached"]
+    assert ours[table.columns.index("throughput (steps/s)")] == "10,000"
+    assert "<table>" in table._repr_html_()
+
+
+def test_compare_to_score_says_how_much_sooner_and_with_how_many_env_steps():
+    fast = Curve("ours", 10.0, 10**6, [{"seconds": 2.0, "env_steps": 400_000, "mean_score": 12.0, "episodes": 9}])
+    slow = Curve("naive", 60.0, 60_000, [{"seconds": 40.0, "env_steps": 40_000, "mean_score": 10.5, "episodes": 9}])
+    assert compare_to_score(fast, slow, 10) == (
+        "To a mean score of 10.0: PPO on VecSnake (this course) took 2.00 s and 400,000 env steps; "
+        "naive single-env DQN (notebook 01) took 40.0 s and 40,000 env steps. That is 20.0x sooner, "
+        "using 10.0x as many env steps.")
+    assert compare_to_score(fast, slow, 11).endswith(
+        "naive single-env DQN (notebook 01) did not reach it in 60.0 s (60,000 env steps, final mean score 10.5).")
 
 
 def test_seed_summary_gives_mean_and_spread_and_says_when_some_runs_missed():
@@ -68,13 +87,20 @@ def test_plot_curves_labels_both_views():
 
 def test_the_runners_produce_curves_for_a_short_budget():
     ours = run_ours(2.0, height=6, width=6, num_envs=32, num_steps=16, hidden=16)
-    naive = run_naive(1.0, segment_s=0.5)
+    naive = run_naive(1.0, segment_s=0.25)
     for c in (ours, naive):
         assert c.seconds >= 1.0 and c.env_steps > 0 and c.points
         assert c.points[-1]["env_steps"] == c.env_steps
+    assert len(naive.points) >= 4  # a point per segment, as finely as the others' curves
 
 
 @pytest.mark.skipif(not sb3_available(), reason="stable-baselines3 is an optional extra (compare)")
-def test_stable_baselines3_runner():
+def test_stable_baselines3_runner_picks_the_faster_vector_env():
+    rates = sb3_vec_env_rates(2, seconds=0.3, height=6, width=6)
+    assert set(rates) == {"DummyVecEnv", "SubprocVecEnv"} and all(r > 0 for r in rates.values())
     c = run_sb3(3.0, num_envs=2, height=6, width=6)
     assert c.setup == "sb3" and c.env_steps > 0 and c.seconds >= 3.0
+    assert c.details["num_envs"] == 2 and c.details["vec_env"] in rates
+    assert c.label.startswith("stable-baselines3 PPO (default settings), 2 envs in ")
+    with pytest.raises(ValueError, match="vec_env='ThreadVecEnv' must be one of"):
+        run_sb3(1.0, num_envs=2, vec_env="ThreadVecEnv")

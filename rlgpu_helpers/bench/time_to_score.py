@@ -1,14 +1,16 @@
 """Time-to-score: three ways to train Snake, each given the same wall-clock budget (notebook 11).
 
 * ``ours``: ``PPO`` on ``VecSnake``, everything on one device (this course's result);
-* ``sb3``: stable-baselines3 PPO with its default settings on ``SnakeEnv`` in 8 subprocesses
-  (``SubprocVecEnv``), what many users would pick; needs the optional extra ``compare``
+* ``sb3``: stable-baselines3 PPO with its default hyperparameters on ``SnakeEnv``, set up as a
+  user would on this machine: one game per core, in whichever of ``DummyVecEnv`` and
+  ``SubprocVecEnv`` is faster here (measured); needs the optional extra ``compare``
   (``pip install -e ".[compare]"``);
 * ``naive``: the single-env DQN of notebook 01.
 
 Each run returns a ``Curve``: points of (seconds, env steps, mean score of the last 100 finished
-games), from which ``curve_records`` makes benchmark records: end-to-end steps/s, the final mean
-score, and the seconds until the mean score first reached each threshold.
+games), at most one a second for every setup. What the student cares about is the time until the
+mean score reaches a threshold (:func:`time_to_score_table`, :func:`compare_to_score`), and the
+env steps that took; steps/s stands beside it. ``curve_records`` makes benchmark records of them.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import dataclasses
 import functools
 import time
 
-from ..core.checks import check_choices, check_ints, check_number
+from ..core.checks import check_choice, check_choices, check_int, check_ints, check_number
+from ..core.device import logical_cores
 from ..learn.training import ScoreCurve
 from .records import Record
 from .report import Table, format_number
 
 SETUPS = {
     "ours": "PPO on VecSnake (this course)",
-    "sb3": "stable-baselines3 PPO, 8 subprocess envs",
+    "sb3": "stable-baselines3 PPO (default settings)",
     "naive": "naive single-env DQN (notebook 01)",
 }
 
@@ -37,6 +40,15 @@ class Curve:
     seconds: float
     env_steps: int
     points: list[dict]
+    details: dict = dataclasses.field(default_factory=dict)
+    """How the setup ran, when it is not fixed (SB3: ``num_envs`` and ``vec_env``)."""
+
+    @property
+    def label(self) -> str:
+        """The setup's name, with its details: "stable-baselines3 PPO (...), 2 envs in DummyVecEnv"."""
+        if "vec_env" in self.details:
+            return f"{SETUPS[self.setup]}, {self.details['num_envs']} envs in {self.details['vec_env']}"
+        return SETUPS[self.setup]
 
     @property
     def steps_per_second(self) -> float:
@@ -48,10 +60,16 @@ class Curve:
 
     def seconds_to_score(self, score: float) -> float | None:
         """When the mean of the last 100 scores first reached ``score`` (None: never)."""
-        for point in self.points:
-            if point["mean_score"] is not None and point["mean_score"] >= score:
-                return point["seconds"]
-        return None
+        point = self._first_at(score)
+        return None if point is None else point["seconds"]
+
+    def steps_to_score(self, score: float) -> int | None:
+        """The env steps made when the mean of the last 100 scores first reached ``score``."""
+        point = self._first_at(score)
+        return None if point is None else point["env_steps"]
+
+    def _first_at(self, score: float) -> dict | None:
+        return next((p for p in self.points if p["mean_score"] is not None and p["mean_score"] >= score), None)
 
 
 def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool = False, **settings) -> Curve:
@@ -77,15 +95,58 @@ def sb3_available() -> bool:
     return True
 
 
-def run_sb3(seconds: float, seed: int = 0, num_envs: int = 8, height: int = 10, width: int = 10,
-            obs_type: str = "features") -> Curve:
-    """stable-baselines3 PPO (default hyperparameters, MlpPolicy, CPU) in ``num_envs`` subprocesses."""
+SB3_VEC_ENVS = ("DummyVecEnv", "SubprocVecEnv")
+
+
+def sb3_vec_env_rates(num_envs: int, seconds: float = 1.0, height: int = 10, width: int = 10,
+                      obs_type: str = "features") -> dict[str, float]:
+    """Env steps/s of ``SnakeEnv`` with random actions in each of SB3's vector envs, here.
+
+    ``DummyVecEnv`` steps the games one after another in this process; ``SubprocVecEnv`` steps
+    each in its own process. Which is faster depends on the game's cost and the machine's cores:
+    a user would try both, so the comparison measures both and trains with the faster.
+    """
+    import numpy as np
+    from stable_baselines3.common import vec_env
+
+    num_envs = check_int("num_envs", num_envs)
+    check_number("seconds", seconds, above=0)
+    rates = {}
+    for name in SB3_VEC_ENVS:
+        envs = getattr(vec_env, name)([functools.partial(_snake_env, height, width, obs_type)] * num_envs)
+        try:
+            envs.seed(0)
+            envs.reset()
+            rng, steps = np.random.default_rng(0), 0
+            start = time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                envs.step(rng.integers(0, 3, size=num_envs))
+                steps += num_envs
+            rates[name] = steps / (time.perf_counter() - start)
+        finally:
+            envs.close()
+    return rates
+
+
+def run_sb3(seconds: float, seed: int = 0, num_envs: int | None = None, vec_env: str | None = None,
+            height: int = 10, width: int = 10, obs_type: str = "features") -> Curve:
+    """stable-baselines3 PPO (default hyperparameters, MlpPolicy, CPU) as a user would set it up.
+
+    ``num_envs`` defaults to one game per logical core; ``vec_env`` (``"DummyVecEnv"`` or
+    ``"SubprocVecEnv"``) defaults to whichever :func:`sb3_vec_env_rates` measures faster here.
+    The returned curve's ``details`` say which.
+    """
     if not sb3_available():
         raise ImportError("stable-baselines3 is not installed: pip install -e \".[compare]\"")
     from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common import vec_env as sb3_vec_env
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.vec_env import SubprocVecEnv
 
+    num_envs = check_int("num_envs", logical_cores() or 1 if num_envs is None else num_envs)
+    if vec_env is None:
+        rates = sb3_vec_env_rates(num_envs, height=height, width=width, obs_type=obs_type)
+        vec_env = max(rates, key=rates.get)
+    check_choice("vec_env", vec_env, SB3_VEC_ENVS)
     curve = ScoreCurve()
 
     class Budget(BaseCallback):
@@ -99,7 +160,7 @@ def run_sb3(seconds: float, seed: int = 0, num_envs: int = 8, height: int = 10, 
             curve.point(elapsed, self.num_timesteps)
             return elapsed < seconds
 
-    envs = SubprocVecEnv([functools.partial(_snake_env, height, width, obs_type) for _ in range(num_envs)])
+    envs = getattr(sb3_vec_env, vec_env)([functools.partial(_snake_env, height, width, obs_type)] * num_envs)
     try:
         envs.seed(seed)
         # device="cpu": SB3 recommends the CPU for MLP policies (on a GPU it warns and runs slower).
@@ -110,11 +171,12 @@ def run_sb3(seconds: float, seed: int = 0, num_envs: int = 8, height: int = 10, 
         curve.point(elapsed, model.num_timesteps, force=True)
     finally:
         envs.close()
-    return Curve("sb3", elapsed, model.num_timesteps, curve.points)
+    return Curve("sb3", elapsed, model.num_timesteps, curve.points, {"num_envs": num_envs, "vec_env": vec_env})
 
 
-def run_naive(seconds: float, seed: int = 0, segment_s: float = 5.0) -> Curve:
-    """The naive DQN of notebook 01, run in segments so its learning curve can be recorded."""
+def run_naive(seconds: float, seed: int = 0, segment_s: float = 1.0) -> Curve:
+    """The naive DQN of notebook 01, run in segments of ``segment_s`` so its learning curve has a
+    point every second, like the others' (a segment is timed by the loop itself)."""
     from ..learn.naive_dqn import LoopSettings, NaiveDQN
 
     agent = NaiveDQN(LoopSettings(seed=seed))
@@ -130,8 +192,8 @@ def run_naive(seconds: float, seed: int = 0, segment_s: float = 5.0) -> Curve:
 
 def curve_records(curve: Curve, machine: str, budget_s: float, seed: int,
                   thresholds=(5, 10, 20)) -> list[Record]:
-    """Steps/s, final mean score and seconds to each score threshold, as benchmark records."""
-    params = {"budget_s": budget_s, "seed": seed}
+    """Steps/s, final mean score, and the seconds and env steps to each score, as records."""
+    params = {"budget_s": budget_s, "seed": seed, **curve.details}
     variant = SETUPS[curve.setup]
     records = [Record("training", variant, "throughput", curve.steps_per_second, "steps/s", params, None, machine)]
     if curve.final_mean_score is not None:
@@ -142,30 +204,56 @@ def curve_records(curve: Curve, machine: str, budget_s: float, seed: int,
         if when is not None:
             records.append(Record("training", variant, f"seconds to mean score {score}", when, "s",
                                   params, None, machine))
+            records.append(Record("training", variant, f"env steps to mean score {score}",
+                                  curve.steps_to_score(score), "steps", params, None, machine))
     return records
 
 
-def summary_table(curves: list[Curve], thresholds=(10, 20)) -> Table:
-    """One row per run: steps/s, speedup over each other setup, final score, time to scores."""
-    def cell(value):
-        return "—" if value is None else format_number(value)
+def time_to_score_table(curves: list[Curve], thresholds=(10, 20)) -> Table:
+    """The headline: for each run, the time and the env steps it took to reach each mean score.
 
-    first = {}
-    for curve in curves:
-        first.setdefault(curve.setup, curve)
-    columns = ["setup", "seconds (s)", "env steps", "throughput (steps/s)"]
-    columns += [f"speedup vs {other} (x)" for other in first if other != "ours"]
-    columns += ["final mean score (food)"] + [f"time to mean score {t} (s)" for t in thresholds]
+    Beside them, the run's final mean score and its end-to-end steps/s. "not reached" means the
+    run's mean score never got there within its budget.
+    """
+    def cell(value):
+        return "not reached" if value is None else format_number(value)
+
+    columns = ["setup"]
+    for t in thresholds:
+        columns += [f"time to mean score {t} (s)", f"env steps to mean score {t}"]
+    columns += ["final mean score (food)", "throughput (steps/s)", "budget (s)"]
     rows = []
     for curve in curves:
-        row = [SETUPS[curve.setup], format_number(curve.seconds), f"{curve.env_steps:,}",
-               format_number(curve.steps_per_second)]
-        for other in first:
-            if other != "ours":
-                row.append(cell(curve.steps_per_second / first[other].steps_per_second) if curve.setup == "ours" else "")
-        row += [cell(curve.final_mean_score)] + [cell(curve.seconds_to_score(t)) for t in thresholds]
+        row = [curve.label]
+        for t in thresholds:
+            steps = curve.steps_to_score(t)
+            row += [cell(curve.seconds_to_score(t)), "not reached" if steps is None else f"{steps:,}"]
+        row += [cell(curve.final_mean_score), format_number(curve.steps_per_second), format_number(curve.seconds)]
         rows.append(row)
     return Table(columns, rows, [False] + [True] * (len(columns) - 1))
+
+
+def compare_to_score(ours: Curve, other: Curve, score: float) -> str:
+    """One measured sentence: how much sooner ``ours`` reached ``score``, and with how many env steps."""
+    check_number("score", score)
+    def reached(curve):
+        return (f"{curve.label} took {format_number(curve.seconds_to_score(score))} s and "
+                f"{curve.steps_to_score(score):,} env steps")
+
+    def missed(curve):
+        final = curve.final_mean_score
+        return (f"{curve.label} did not reach it in {format_number(curve.seconds)} s "
+                f"({curve.env_steps:,} env steps, final mean score {'—' if final is None else format_number(final)})")
+
+    t_ours, t_other = ours.seconds_to_score(score), other.seconds_to_score(score)
+    head = f"To a mean score of {format_number(score)}: "
+    if t_ours is None or t_other is None:
+        return head + "; ".join(reached(c) if t is not None else missed(c) for c, t in ((ours, t_ours), (other, t_other))) + "."
+    steps_ratio = ours.steps_to_score(score) / other.steps_to_score(score)
+    steps = (f"using {format_number(steps_ratio)}x as many env steps" if steps_ratio >= 1
+             else f"using {format_number(1 / steps_ratio)}x fewer env steps")
+    return (f"{head}{reached(ours)}; {reached(other)}. That is {format_number(t_other / t_ours)}x sooner, "
+            f"{steps}.")
 
 
 def seed_summary(records: list[Record]) -> Table:
