@@ -6,9 +6,15 @@
 Each notebook runs top to bottom in a fresh kernel with RLGPU_QUICK unset, from its own folder
 as in JupyterLab. A notebook is written back only if no cell raised and no cell wrote to stderr
 (strict nbval would reject that output); otherwise the script stops with the reason.
+
+Progress bars are saved as they ended: JupyterLab shows the widget outputs of an untrusted notebook
+(every fresh clone) as their `text/plain`, which tqdm captured when the bar was created ("0%| | 0/2000");
+each bar's `text/plain` is rewritten from the bar's final state, which nbclient saves in the
+notebook's metadata.
 """
 
 import argparse
+import html
 import os
 import sys
 from pathlib import Path
@@ -16,8 +22,11 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from tqdm.std import Bar
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def stderr_cells(notebook) -> list[int]:
@@ -25,6 +34,39 @@ def stderr_cells(notebook) -> list[int]:
     return [index for index, cell in enumerate(notebook.cells)
             if cell.cell_type == "code"
             and any(output.get("name") == "stderr" for output in cell.get("outputs", []))]
+
+
+def progress_text(state: dict, model_id: str) -> str | None:
+    """The text of a tqdm bar in its saved final state, as tqdm prints it; None for other widgets.
+
+    tqdm's notebook bar is an HBox of an HTML (description and percentage), a progress bar and
+    an HTML (count, times, rate), with spaces written as U+2007 and the text HTML-escaped.
+    """
+    def model(reference: str) -> dict:
+        return state.get(reference.removeprefix("IPY_MODEL_"), {})
+
+    box = state.get(model_id, {})
+    if box.get("model_name") != "HBoxModel":
+        return None
+    children = [model(reference) for reference in box["state"].get("children", [])]
+    if [child.get("model_name") for child in children] not in (
+            ["HTMLModel", "FloatProgressModel", "HTMLModel"], ["HTMLModel", "IntProgressModel", "HTMLModel"]):
+        return None
+    left, bar, right = (child["state"] for child in children)
+    done = bar.get("value", 0) / bar["max"] if bar.get("max") else 1.0
+    text = html.unescape(left.get("value", "")) + f"|{Bar(done)}|" + html.unescape(right.get("value", ""))
+    return text.replace("\u2007", " ")
+
+
+def show_final_progress(notebook) -> None:
+    """Rewrite the `text/plain` of each stored tqdm bar to the bar's final state (see the module doc)."""
+    state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            view = output.get("data", {}).get(WIDGET_VIEW)
+            text = progress_text(state, view["model_id"]) if view else None
+            if text:
+                output["data"]["text/plain"] = text
 
 
 def execute(path: Path, timeout: int) -> None:
@@ -35,6 +77,7 @@ def execute(path: Path, timeout: int) -> None:
     noisy = stderr_cells(notebook)
     if noisy:
         raise SystemExit(f"{path}: cells {noisy} wrote to stderr; not saved")
+    show_final_progress(notebook)
     nbformat.write(notebook, path)
 
 
