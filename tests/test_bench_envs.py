@@ -5,13 +5,24 @@ import math
 import pytest
 
 from rlgpu_helpers.bench import envs as env_bench
+from rlgpu_helpers.bench.claims import CLAIMS, HELD, NOT_HELD, PARTLY, judge, speedup_spread
 from rlgpu_helpers.bench.envs import (
+    FPS_CLAIMS,
+    NO_GPU_RECORD,
+    NOT_MEASURED,
+    ClaimCheck,
+    StepMemory,
     async_crossover,
     best_per_variant,
+    claim_checks_table,
+    fps_claim_checks,
     gym_vector_throughput,
     heavy_env_throughput,
     measure_env_throughput,
+    microseconds_per_step,
     snake_loop_throughput,
+    step_memory_table,
+    vec_snake_step_memory,
     vec_snake_throughput,
 )
 from rlgpu_helpers.bench.records import Record, load_json
@@ -170,5 +181,156 @@ def test_async_crossover_rejects_mixed_machines_and_other_records():
     (lambda: gym_vector_throughput(obs_type=("grid",)), ValueError, r"obs_type=\('grid',\) must be one of \('features', 'grid'\)"),
 ])
 def test_bad_input_raises_naming_the_parameter_and_value(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_microseconds_per_step_is_n_over_the_rate():
+    records = [make("SnakeEnv loop", 1, 250_000.0), make("VecSnake grid", 4096, 2_048_000.0)]
+    assert microseconds_per_step(records, "SnakeEnv loop") == pytest.approx(4.0)
+    assert microseconds_per_step(records, "VecSnake grid", 4096) == pytest.approx(2_000.0)
+
+
+@pytest.mark.parametrize("records, args, message", [
+    ([make("A", 1, 10.0)], ("A", 2), r"no record of variant='A' at num_envs=2; records hold \[\('A', 1\)\]"),
+    ([make("A", 1, 10.0), make("A", 1, 20.0, machine="m2")], ("A", 1), r"2 records of variant='A' at num_envs=1"),
+    ([make("A", 1, 10.0, unit="GB/s")], ("A", 1), r"needs a positive figure in steps/s"),
+    ([make("A", 1, 10.0)], ("A", 0), r"num_envs=0 must be an int >= 1"),
+])
+def test_microseconds_per_step_rejects_what_it_cannot_read(records, args, message):
+    with pytest.raises(ValueError, match=message):
+        microseconds_per_step(records, *args)
+
+
+# ---------------------------------------------------------------------------- the guide's FPS table
+
+def env_record(variant, n, value, spread=0.0, device="cpu", machine="cpu-here", name="env_step"):
+    obs_type = "grid" if variant == "VecSnake grid" else "features"
+    return Record(name, variant, "throughput", value, "steps/s",
+                  {"num_envs": n, "obs_type": obs_type, "device": device}, spread, machine)
+
+
+CPU_RUN = [env_record("SnakeEnv loop", 1, 300_000, 30_000),
+           env_record("SyncVectorEnv", 16, 150_000, 8_000), env_record("AsyncVectorEnv", 16, 24_000, 1_000),
+           env_record("SyncVectorEnv", 4, 5_500, 100),
+           # a CPU VecSnake at the GPU rows' N, right on their figures: it must never answer them
+           env_record("VecSnake features", 64, 35_000, 100), env_record("VecSnake features", 256, 120_000, 100)]
+
+
+def by_key(checks):
+    grouped = {}
+    for check in checks:
+        grouped.setdefault(check.claim.key, []).append(check)
+    return grouped
+
+
+def test_fps_claims_are_the_guides_table():
+    assert FPS_CLAIMS == ("single-env-fps", "cpu-16-envs-fps", "gpu-64-envs-fps", "gpu-256-envs-fps",
+                          "vectorized-speedup")
+    assert all(key in CLAIMS for key in FPS_CLAIMS)
+
+
+def test_without_a_gpu_record_the_gpu_rows_are_not_measured():
+    checks = fps_claim_checks(CPU_RUN)
+    assert [c.claim.key for c in checks] == list(FPS_CLAIMS)
+    single, cpu16, gpu64, gpu256, speedup = checks
+    assert single.verdict == judge(CLAIMS["single-env-fps"], 300_000, 30_000)
+    assert single.outcome == NOT_HELD and single.answered_by.startswith("SnakeEnv loop, N=1, cpu, cpu-here")
+    # the faster of the two gymnasium vectors at N=16, and which one it was
+    assert cpu16.verdict.measured == 150_000 and cpu16.verdict.spread == 8_000
+    assert "SyncVectorEnv, N=16" in cpu16.answered_by and "faster than AsyncVectorEnv" in cpu16.answered_by
+    for check in (gpu64, gpu256, speedup):
+        assert check.verdict is None and check.outcome == NOT_MEASURED and check.answered_by == NO_GPU_RECORD
+
+
+def test_gpu_rows_are_judged_against_gpu_records_per_machine():
+    reference = [env_record("VecSnake features", 64, 40_000, 1_000, device="cuda", machine="gpu-a"),
+                 env_record("VecSnake features", 256, 200_000, 10_000, device="cuda", machine="gpu-a"),
+                 env_record("SnakeEnv loop", 1, 1_000, 50, machine="gpu-a"),
+                 env_record("VecSnake features", 256, 400_000, 0, device="cuda", machine="gpu-b"),
+                 env_record("VecSnake features", 256, 1.0, 0, device="cpu", machine="cpu-other"),
+                 Record("copy", "device copy", "bandwidth", 50.0, "GB/s", {"MiB": 64}, 1.0, "gpu-a")]
+    checks = by_key(fps_claim_checks(CPU_RUN, reference))
+    gpu64, = checks["gpu-64-envs-fps"]
+    assert (gpu64.outcome, gpu64.answered_by) == (HELD, "VecSnake features, N=64, cuda, gpu-a")
+    assert [(c.answered_by.split(", ")[-1], c.outcome) for c in checks["gpu-256-envs-fps"]] == [
+        ("gpu-a", PARTLY), ("gpu-b", NOT_HELD)]  # 200,000 is within 2x of 150,000; 400,000 is not
+    speedup_a, speedup_b = checks["vectorized-speedup"]
+    assert speedup_a.verdict.measured == pytest.approx(200.0) and speedup_a.outcome == HELD
+    assert speedup_a.verdict.spread == pytest.approx(speedup_spread(200.0, 10_000 / 200_000, 50 / 1_000))
+    assert speedup_b.verdict is None and "no SnakeEnv loop record from gpu-b" in speedup_b.answered_by
+
+
+def test_a_gpu_measured_in_this_run_answers_too_and_a_missing_n_is_named():
+    run = CPU_RUN + [env_record("VecSnake features", 64, 35_000, 0, device="cuda")]
+    checks = by_key(fps_claim_checks(run))
+    assert checks["gpu-64-envs-fps"][0].outcome == HELD
+    gpu256, = checks["gpu-256-envs-fps"]
+    assert gpu256.verdict is None and gpu256.answered_by == "no VecSnake features record on a GPU at N=256"
+
+
+def test_missing_cpu_measurements_are_said_not_guessed():
+    quick_run = [env_record("SyncVectorEnv", 4, 5_500, 100)]  # quick mode stops at N=4
+    single, cpu16, *_ = fps_claim_checks(quick_run)
+    assert single.outcome == cpu16.outcome == NOT_MEASURED
+    assert "N=16" in cpu16.answered_by and "SnakeEnv loop" in single.answered_by
+
+
+def test_claim_checks_table_shows_figures_measurements_and_verdicts():
+    text = str(claim_checks_table(fps_claim_checks(CPU_RUN)))
+    assert "~500 steps/s" in text and "300,000 ± 30,000 steps/s" in text and "did not hold" in text
+    assert "100-300 x" in text and text.count(NOT_MEASURED) == 3
+    with pytest.raises(TypeError, match="only ClaimCheck objects"):
+        claim_checks_table(["held"])
+    with pytest.raises(TypeError, match="records must hold only Record objects"):
+        fps_claim_checks(["fast"])
+    assert isinstance(fps_claim_checks(CPU_RUN)[0], ClaimCheck)
+
+
+# ---------------------------------------------------------------------------- memory of a step
+
+def test_step_memory_counts_the_observations_a_step_returns():
+    grid, = vec_snake_step_memory(8, obs_type="grid", steps=2)
+    features, = vec_snake_step_memory(8, obs_type="features", steps=2)
+    assert (grid.num_envs, grid.observation_bytes, grid.returned_bytes) == (8, 3 * 10 * 10 * 4, 2 * 8 * 1_200)
+    assert (features.observation_bytes, features.returned_bytes) == (11 * 4, 2 * 8 * 44)
+    assert grid.bytes_per_game == 2_400 and grid.bytes_per_second(1e6) == pytest.approx(2.4e9)
+    assert grid.page_size > 0 and (grid.page_faults is None or grid.page_faults >= 0)
+
+
+def test_step_memory_takes_the_median_of_the_page_faults(monkeypatch):
+    counts = iter([0, 3, 10, 11, 20, 27])  # 3, 1 and 7 faults in the three steps
+    monkeypatch.setattr(env_bench, "_minor_page_faults", lambda: next(counts))
+    memory, = vec_snake_step_memory(4, steps=3)
+    assert memory.page_faults == 3.0 and memory.fresh_bytes == 3.0 * memory.page_size
+    monkeypatch.setattr(env_bench, "_minor_page_faults", lambda: None)  # an OS that does not count
+    memory, = vec_snake_step_memory(4, steps=1)
+    assert memory.page_faults is None and memory.fresh_bytes is None
+    assert "n/a" in str(step_memory_table([memory]))
+
+
+def test_step_memory_table_sets_the_bytes_beside_the_rate():
+    memory = [StepMemory(1_000, "grid", 1_200, 2_400_000, 0.0, 4096),
+              StepMemory(4_000, "grid", 1_200, 9_600_000, 2_000.0, 4096)]
+    rates = [env_record("VecSnake grid", 1_000, 1e6), env_record("VecSnake features", 4_000, 5e6),
+             env_record("VecSnake grid", 4_000, 1e6, device="cuda")]  # neither answers the grid on a CPU
+    table = step_memory_table(memory, rates)
+    assert table.columns[-2:] == ["throughput (steps/s)", "observations written (GB/s)"]
+    assert table.rows[0] == ["1,000", "1,200", "2.40", "0", "1,000,000", "2.40"]
+    assert table.rows[1] == ["4,000", "1,200", "9.60", "8.19", "", ""]
+    with pytest.raises(ValueError, match="machines \\['a', 'b'\\]"):
+        step_memory_table(memory, [env_record("VecSnake grid", 1, 1.0, machine="a"),
+                                   env_record("VecSnake grid", 2, 1.0, machine="b")])
+    with pytest.raises(TypeError, match="only StepMemory objects"):
+        step_memory_table([1_200])
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: vec_snake_step_memory(4, obs_type="pixels"), ValueError, r"obs_type='pixels' must be one of"),
+    (lambda: vec_snake_step_memory(4, steps=0), ValueError, r"steps=0 must be an int >= 1"),
+    (lambda: vec_snake_step_memory((4, 0)), ValueError, r"num_envs=\(4, 0\): num_envs\[1\]=0 must be"),
+    (lambda: StepMemory(4, "grid", 1, 8, 0.0, 4096).bytes_per_second(-1.0), ValueError, r"steps_per_second=-1.0"),
+])
+def test_step_memory_rejects_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call()

@@ -27,12 +27,25 @@ number generator is not what gets timed.
 artificially expensive (:class:`~rlgpu_helpers.snake.cpu_vector.BusyWaitWrapper`), to find the per-step
 cost at which subprocesses start to beat the in-process loop (:func:`async_crossover`).
 :func:`best_per_variant` picks, from any records, the number of games at which each variant was
-fastest.
+fastest, and :func:`microseconds_per_step` turns a record back into the time of one step.
+
+Two helpers read the records against what else is known:
+
+* :func:`fps_claim_checks` puts each row of the guide's FPS table (:data:`FPS_CLAIMS`, figures
+  in :mod:`~rlgpu_helpers.bench.claims`) beside the record that answers it, judged by
+  :func:`~rlgpu_helpers.bench.claims.judge` with the record's spread, or says why no record
+  does (the GPU rows need a GPU measurement, from this run or from ``data/reference/``);
+  :func:`claim_checks_table` shows them.
+* :func:`vec_snake_step_memory` measures what one ``VecSnake`` step asks of memory on the CPU:
+  the bytes of the observations it returns and the pages it takes fresh from the operating
+  system; :func:`step_memory_table` sets them beside the measured steps/s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -40,7 +53,7 @@ import torch
 from gymnasium.vector import AsyncVectorEnv
 from tqdm.auto import tqdm
 
-from ..core.checks import check_choices, check_int, check_ints, check_numbers
+from ..core.checks import check_choices, check_int, check_ints, check_number, check_numbers
 from ..core.config import pick
 from ..core.device import device_report, get_device, logical_cores, machine_label
 from ..snake import rules
@@ -48,7 +61,9 @@ from ..snake.cpu_vector import VECTOR_KINDS, make_cpu_vector_env
 from ..snake.env import SnakeEnv
 from ..snake.rules import NUM_ACTIONS, OBS_TYPES
 from ..snake.vec import VecSnake
+from .claims import CLAIMS, Claim, Verdict, judge, speedup_spread
 from .records import Record
+from .report import Table, format_number
 from .timing import time_callable
 
 NAME = "env_step"
@@ -362,3 +377,294 @@ def async_crossover(records: Sequence[Record]) -> float | None:
         else:
             break
     return crossover
+
+
+def microseconds_per_step(records: Sequence[Record], variant: str, num_envs: int = 1) -> float:
+    """Microseconds one ``step`` call of ``num_envs`` games took: ``num_envs / (steps/s) * 1e6``.
+
+    Reads the one steps/s record of ``variant`` at ``num_envs`` in ``records`` (one run's
+    records: one machine, one observation type per variant). Raises ValueError when there is
+    none, or more than one.
+    """
+    records = _check_same_measure(records, "records")
+    num_envs = check_int("num_envs", num_envs)
+    matches = [r for r in records if r.variant == variant and r.params.get("num_envs") == num_envs]
+    if not matches:
+        measured = sorted({(r.variant, r.params.get("num_envs")) for r in records}, key=str)
+        raise ValueError(f"no record of variant={variant!r} at num_envs={num_envs}; records hold {measured}")
+    if len(matches) > 1:
+        raise ValueError(f"{len(matches)} records of variant={variant!r} at num_envs={num_envs} "
+                         f"(machines {sorted({r.machine for r in matches})}): pass one run's records")
+    record, = matches
+    if record.unit != UNIT or record.value <= 0:
+        raise ValueError(f"record {record.variant} at N={num_envs} is {record.value} {record.unit}: "
+                         f"a time per step needs a positive figure in {UNIT}")
+    return num_envs / record.value * 1e6
+
+
+# ---------------------------------------------------------------------------- the guide's FPS table
+
+FPS_CLAIMS = ("single-env-fps", "cpu-16-envs-fps", "gpu-64-envs-fps", "gpu-256-envs-fps", "vectorized-speedup")
+"""The claims of the guide's FPS table (keys of :data:`~rlgpu_helpers.bench.claims.CLAIMS`)
+that env throughput records answer."""
+
+SPEEDUP_NUM_ENVS = 256
+"""N at which the "vectorized on a GPU vs one CPU env" speedup is judged: the guide's table ends
+with 256 GPU envs, and its speedup range contains that row over its single env."""
+
+NOT_MEASURED = "not measured"
+NO_GPU_RECORD = ("no GPU record, from this run or in data/reference/ "
+                 "(notebook 04 measures VecSnake on a GPU)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimCheck:
+    """One claim of the guide's FPS table beside the measurement that answers it.
+
+    ``answered_by`` names that measurement (variant, N, device, machine). ``verdict`` is
+    :func:`~rlgpu_helpers.bench.claims.judge`'s; None where no record answers the claim, and then
+    ``answered_by`` says why.
+    """
+
+    claim: Claim
+    answered_by: str
+    verdict: Verdict | None = None
+
+    @property
+    def outcome(self) -> str:
+        """The verdict's outcome, or :data:`NOT_MEASURED`."""
+        return self.verdict.outcome if self.verdict is not None else NOT_MEASURED
+
+
+def _env_step_records(records, name: str) -> list[Record]:
+    records = list(records)
+    bad = [r for r in records if not isinstance(r, Record)]
+    if bad:
+        raise TypeError(f"{name} must hold only Record objects, not {bad[0]!r}")
+    return [r for r in records if r.name == NAME and r.metric == METRIC and r.unit == UNIT]
+
+
+def _spread(record: Record) -> float:
+    return record.spread if record.spread is not None else 0.0
+
+
+def _describe(record: Record) -> str:
+    return f"{record.variant}, N={record.params['num_envs']:,}, {record.params.get('device', '?')}, {record.machine}"
+
+
+def _at(records: list[Record], variant: str, num_envs: int, device: str | None = None) -> list[Record]:
+    return [r for r in records if r.variant == variant and r.params.get("num_envs") == num_envs
+            and (device is None or r.params.get("device") == device)]
+
+
+def _gpu_per_machine(records: list[Record], num_envs: int) -> dict[str, Record]:
+    """The first ``VecSnake features`` record on a GPU at ``num_envs``, per machine, in order."""
+    found: dict[str, Record] = {}
+    for record in _at(records, VARIANTS["features"], num_envs, device="cuda"):
+        found.setdefault(record.machine, record)
+    return found
+
+
+def fps_claim_checks(records: Sequence[Record], reference: Sequence[Record] = ()) -> list[ClaimCheck]:
+    """Each row of the guide's FPS table (:data:`FPS_CLAIMS`) beside the record that answers it.
+
+    ``records`` are this run's ``env_step`` records, ``reference`` any others (such as
+    :func:`~rlgpu_helpers.bench.records.load_reference`); other benchmarks are ignored.
+
+    * "single-env-fps": the ``SnakeEnv`` loop of ``records`` (features observation);
+    * "cpu-16-envs-fps": the faster of ``SyncVectorEnv`` and ``AsyncVectorEnv`` at N = 16 in
+      ``records``;
+    * "gpu-64-envs-fps", "gpu-256-envs-fps": ``VecSnake`` (features) with device ``cuda`` at
+      N = 64 and 256, one check per GPU machine in ``records`` then ``reference``. A CPU
+      ``VecSnake`` never answers a GPU claim;
+    * "vectorized-speedup": that GPU figure at :data:`SPEEDUP_NUM_ENVS` over the ``SnakeEnv``
+      loop of the same machine, its spread from both records' relative spreads.
+
+    Each measurement is judged with its spread (a record without one counts as exact). A claim
+    no record answers gets a check without a verdict, saying what is missing.
+    """
+    mine, others = _env_step_records(records, "records"), _env_step_records(reference, "reference")
+    everything = mine + others
+    checks = []
+
+    claim = CLAIMS["single-env-fps"]
+    loops = _at(mine, VARIANTS["loop"], 1)
+    loops.sort(key=lambda r: r.params.get("obs_type") != "features")
+    if loops:
+        checks.append(ClaimCheck(claim, _describe(loops[0]), judge(claim, loops[0].value, _spread(loops[0]))))
+    else:
+        checks.append(ClaimCheck(claim, "no SnakeEnv loop record in this run"))
+
+    claim = CLAIMS["cpu-16-envs-fps"]
+    gym = _at(mine, VARIANTS["sync"], 16) + _at(mine, VARIANTS["async"], 16)
+    if gym:
+        best = max(gym, key=lambda r: r.value)
+        others_at_16 = sorted({r.variant for r in gym} - {best.variant})
+        which = (f" (faster than {', '.join(others_at_16)} there)" if others_at_16
+                 else " (the only gymnasium vector env measured there)")
+        checks.append(ClaimCheck(claim, _describe(best) + which, judge(claim, best.value, _spread(best))))
+    else:
+        checks.append(ClaimCheck(claim, "no SyncVectorEnv or AsyncVectorEnv record at N=16 in this run"))
+
+    any_gpu = any(r.params.get("device") == "cuda" for r in everything)
+    for key, n in (("gpu-64-envs-fps", 64), ("gpu-256-envs-fps", 256)):
+        claim = CLAIMS[key]
+        found = _gpu_per_machine(everything, n)
+        for record in found.values():
+            checks.append(ClaimCheck(claim, _describe(record), judge(claim, record.value, _spread(record))))
+        if not found:
+            checks.append(ClaimCheck(claim, NO_GPU_RECORD if not any_gpu
+                                     else f"no VecSnake features record on a GPU at N={n}"))
+
+    claim = CLAIMS["vectorized-speedup"]
+    found = _gpu_per_machine(everything, SPEEDUP_NUM_ENVS)
+    for machine, vec in found.items():
+        loop = next((r for r in _at(everything, VARIANTS["loop"], 1) if r.machine == machine), None)
+        if loop is None:
+            checks.append(ClaimCheck(claim, f"no SnakeEnv loop record from {machine} to compare its GPU with"))
+            continue
+        ratio = vec.value / loop.value
+        spread = speedup_spread(ratio, _spread(vec) / vec.value, _spread(loop) / loop.value)
+        checks.append(ClaimCheck(claim, f"{_describe(vec)} over {loop.variant} on its CPU",
+                                 judge(claim, ratio, spread)))
+    if not found:
+        checks.append(ClaimCheck(claim, NO_GPU_RECORD if not any_gpu
+                                 else f"no VecSnake features record on a GPU at N={SPEEDUP_NUM_ENVS}"))
+    return checks
+
+
+def claim_checks_table(checks: Sequence[ClaimCheck]) -> Table:
+    """One row per check: the guide's words and figure, what answers it, the measurement, the verdict.
+
+    The measurement is the median ± its spread (the IQR; for a speedup, both records' relative
+    spreads added in quadrature), in the claim's unit.
+    """
+    checks = list(checks)
+    bad = [c for c in checks if not isinstance(c, ClaimCheck)]
+    if bad:
+        raise TypeError(f"checks must hold only ClaimCheck objects, not {bad[0]!r}")
+    rows = []
+    for check in checks:
+        verdict = check.verdict
+        shown = (f"{format_number(verdict.measured)} ± {format_number(verdict.spread)} {check.claim.unit}"
+                 if verdict is not None else "none")
+        rows.append([check.claim.quote, check.claim.figure, check.answered_by, shown, check.outcome])
+    columns = ["claim (guide's words)", "claimed", "answered here by (variant, N, device, machine)",
+               "measured (median ± spread)", "verdict"]
+    return Table(columns, rows, [False, True, False, True, False])
+
+
+# ---------------------------------------------------------------------------- memory of a step
+
+@dataclasses.dataclass(frozen=True)
+class StepMemory:
+    """What one ``VecSnake`` step of ``num_envs`` games asked of memory, on the CPU.
+
+    ``observation_bytes``: the bytes of one game's observation (float32). ``returned_bytes``:
+    the bytes of the observation tensors one step returns, the observation and
+    ``info["final_obs"]`` (each ``(N, *observation shape)``), all written during the step.
+    ``page_faults``: the minor page faults the process took per step
+    (median over the measured steps), each a page of ``page_size`` bytes that the operating
+    system had to map, and fill with zeros, because the allocator asked it for fresh memory;
+    None where the operating system does not count them.
+    """
+
+    num_envs: int
+    obs_type: str
+    observation_bytes: int
+    returned_bytes: int
+    page_faults: float | None
+    page_size: int
+
+    @property
+    def bytes_per_game(self) -> float:
+        """Observation bytes returned per game and step (:attr:`returned_bytes` / N)."""
+        return self.returned_bytes / self.num_envs
+
+    @property
+    def fresh_bytes(self) -> float | None:
+        """Bytes of fresh pages per step (``page_faults * page_size``), or None."""
+        return None if self.page_faults is None else self.page_faults * self.page_size
+
+    def bytes_per_second(self, steps_per_second: float) -> float:
+        """Observation bytes written per second at a throughput of ``steps_per_second`` game steps."""
+        return self.bytes_per_game * check_number("steps_per_second", steps_per_second, at_least=0)
+
+
+def _minor_page_faults() -> int | None:
+    """Minor page faults of this process so far; None where ``resource`` is missing (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _page_size() -> int:
+    import mmap
+    return mmap.PAGESIZE
+
+
+def vec_snake_step_memory(num_envs=None, *, obs_type: str = "grid", steps: int | None = None,
+                          progress: bool = False) -> list[StepMemory]:
+    """Measure, for each N, what one step of a CPU ``VecSnake`` asks of memory (:class:`StepMemory`).
+
+    For each N (default :func:`default_vec_num_envs`): a seeded env, two warm-up steps (the
+    allocator settles), the bytes of the observations one step returns, then the page faults of
+    each of ``steps`` steps (default 5, 2 in quick mode) and their median. Page faults counted
+    while another thread of the process works count too; the median resists a few.
+    """
+    num_envs = check_ints("num_envs", default_vec_num_envs() if num_envs is None else num_envs)
+    rules.check_obs_type(obs_type)
+    steps = check_int("steps", pick(full=5, quick=2) if steps is None else steps)
+    results = []
+    for n in tqdm(num_envs, desc=f"VecSnake {obs_type} memory", disable=not progress):
+        env = VecSnake(n, obs_type=obs_type, device=_CPU, seed=_SEED, check_action_values=False)
+        try:
+            generator = torch.Generator().manual_seed(_SEED)
+            actions = [torch.randint(0, NUM_ACTIONS, (n,), generator=generator) for _ in range(_ACTION_SETS)]
+            env.reset(seed=_SEED)
+            env.step(actions[0])
+            obs, _, _, _, info = env.step(actions[1])
+            observation_bytes = obs[0].nbytes
+            returned_bytes = obs.nbytes + info["final_obs"].nbytes
+            del obs, info
+            faults = []
+            for i in range(steps):
+                before = _minor_page_faults()
+                env.step(actions[(i + 2) % _ACTION_SETS])
+                after = _minor_page_faults()
+                if before is not None and after is not None:
+                    faults.append(after - before)
+        finally:
+            env.close()
+        page_faults = float(statistics.median(faults)) if faults else None
+        results.append(StepMemory(n, obs_type, observation_bytes, returned_bytes, page_faults, _page_size()))
+    return results
+
+
+def step_memory_table(memory: Sequence[StepMemory], throughput: Sequence[Record] = ()) -> Table:
+    """:func:`vec_snake_step_memory` beside the steps/s of the same ``VecSnake`` on the CPU.
+
+    ``throughput``: env throughput records of one machine (others are ignored); a row whose
+    N has no CPU record of the matching ``VecSnake`` variant leaves those cells empty.
+    """
+    memory = list(memory)
+    bad = [m for m in memory if not isinstance(m, StepMemory)]
+    if bad:
+        raise TypeError(f"memory must hold only StepMemory objects, not {bad[0]!r}")
+    rates = [r for r in _env_step_records(throughput, "throughput") if r.params.get("device") == "cpu"]
+    machines = sorted({r.machine for r in rates})
+    if len(machines) > 1:
+        raise ValueError(f"throughput comes from machines {machines}: pass one machine's records")
+    by_key = {(r.variant, r.params.get("num_envs")): r for r in rates}
+    columns = ["games (N)", "one observation (B/game)", "observations returned (MB/step)",
+               "fresh pages from the OS (MB/step)", "throughput (steps/s)", "observations written (GB/s)"]
+    rows = []
+    for m in memory:
+        record = by_key.get((VARIANTS[m.obs_type], m.num_envs))
+        fresh = "n/a" if m.fresh_bytes is None else format_number(m.fresh_bytes / 1e6)
+        rows.append([f"{m.num_envs:,}", f"{m.observation_bytes:,}", format_number(m.returned_bytes / 1e6),
+                     fresh, format_number(record.value) if record else "",
+                     format_number(m.bytes_per_second(record.value) / 1e9) if record else ""])
+    return Table(columns, rows, [True] * len(columns))
