@@ -3,11 +3,18 @@ import torch
 
 from rlgpu_helpers.bench import ceilings
 from rlgpu_helpers.bench.ceilings import (
+    limits_table,
+    linear_bytes,
+    linear_flop,
+    linear_limits,
     linear_throughput,
     matmul_throughput,
     measure_ceilings,
     memory_bandwidth,
+    seconds_per_call,
+    time_per_call,
 )
+from rlgpu_helpers.bench.records import Record
 from rlgpu_helpers.bench.timing import Timing
 from rlgpu_helpers.core.device import device_report, machine_label
 
@@ -88,3 +95,67 @@ def test_ceilings_suite_uses_quick_sizes():
 def test_bad_input_raises_naming_the_parameter(call, error, name):
     with pytest.raises(error, match=f"^{name}="):
         call()
+
+
+# --- what limits one linear layer -----------------------------------------------------------
+
+def layer(batch, width, seconds):
+    """A linear_throughput record of a forward pass that took ``seconds``."""
+    return Record("linear", "float32", "throughput", linear_flop(batch, width) / seconds / 1e12, "TFLOP/s",
+                  {"batch": batch, "width": width}, None, LABEL)
+
+
+def test_linear_work_formulas():
+    assert linear_flop(1, 256) == 2 * 256**2 == 131_072
+    assert linear_bytes(1, 256) == 4 * (256**2 + 2 * 256) == 264_192
+    assert linear_bytes(16, 256, element_bytes=2) == 2 * (256**2 + 2 * 16 * 256)
+    with pytest.raises(ValueError, match="^batch=0"):
+        linear_flop(0, 256)
+    with pytest.raises(TypeError, match="^width=2.5"):
+        linear_bytes(1, 2.5)
+
+
+def test_seconds_per_call_undoes_the_throughput(half_a_second):
+    records = linear_throughput("cpu", batch_sizes=(1, 32), width=8, progress=False)
+    assert [seconds_per_call(r) for r in records] == pytest.approx([0.5, 0.5])  # the fastest run
+    times = time_per_call(records)
+    assert [(r.metric, r.unit, r.spread, r.params) for r in times] == [
+        ("time per call", "µs", None, {"batch": 1, "width": 8}),
+        ("time per call", "µs", None, {"batch": 32, "width": 8})]
+    assert [r.value for r in times] == pytest.approx([5e5, 5e5])
+
+
+def test_seconds_per_call_needs_a_linear_record():
+    matmul = Record("matmul", "float32", "throughput", 1.0, "TFLOP/s", {"n": 256}, None, LABEL)
+    with pytest.raises(ValueError, match="^record=.*not a linear_throughput record"):
+        seconds_per_call(matmul)
+    with pytest.raises(TypeError, match="Record"):
+        seconds_per_call({"batch": 1})
+
+
+def test_linear_limits_sets_each_limit_beside_the_measured_time():
+    # batch 1: 8 µs measured, 5 µs fixed cost; 264,192 bytes at 100 GB/s = 2.64 µs; 131,072 FLOP at 1 TFLOP/s
+    # = 0.131 µs. Batch 4,096: 2,147,483,648 FLOP at 1 TFLOP/s = 2.15 ms, the largest.
+    layers = [layer(4096, 256, 3e-3), layer(1, 256, 8e-6)]
+    fixed = [layer(1, 1, 5e-6), layer(4096, 1, 6e-6)]
+    one, big = linear_limits(layers, fixed, peak=1.0, bandwidth=100.0)
+    assert (one.width, one.batch, one.flop, one.bytes) == (256, 1, 131_072, 264_192)
+    assert (one.measured, one.fixed, one.memory, one.arithmetic) == pytest.approx((8e-6, 5e-6, 2.64192e-6, 1.31072e-7))
+    assert one.largest == "fixed cost"
+    assert big.batch == 4096 and big.fixed == pytest.approx(6e-6) and big.largest == "arithmetic"
+    slow_memory, _ = linear_limits(layers, fixed, peak=1.0, bandwidth=10.0)  # 26.4 µs to move the bytes
+    assert slow_memory.largest == "memory"
+    table = limits_table([one, big])
+    assert table.columns == ["width", "batch", "FLOP per byte", "measured (µs)", "fixed cost (µs)",
+                             "memory alone (µs)", "arithmetic alone (µs)", "largest limit"]
+    assert table.rows[0] == ["256", "1", "0.496", "8.00", "5.00", "2.64", "0.131", "fixed cost"]
+    assert table.rows[1][1] == "4,096" and table.rows[1][-1] == "arithmetic"
+
+
+def test_linear_limits_rejects_what_it_cannot_compare():
+    with pytest.raises(ValueError, match="fixed has no record at batch=16"):
+        linear_limits([layer(16, 256, 1e-5)], [layer(1, 1, 5e-6)], peak=1.0, bandwidth=100.0)
+    with pytest.raises(ValueError, match="^peak=0"):
+        linear_limits([layer(1, 256, 1e-5)], [layer(1, 1, 5e-6)], peak=0, bandwidth=100.0)
+    with pytest.raises(TypeError, match="^bandwidth=None"):
+        linear_limits([layer(1, 256, 1e-5)], [layer(1, 1, 5e-6)], peak=1.0, bandwidth=None)

@@ -219,8 +219,11 @@ def test_plot_records_labels_lines_and_log_scales():
     assert ax.get_xlabel() == "matrix size n" and ax.get_ylabel() == "throughput (TFLOP/s)"
     assert len(ax.get_lines()) == 4
     assert ax.get_xscale() == "log" and ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
-    assert sorted(text.get_text() for text in ax.get_legend().get_texts()) == sorted(
+    legend, = fig.legends  # four lines: the legend sits under the plot, where it hides none of them
+    assert sorted(text.get_text() for text in legend.get_texts()) == sorted(
         f"{m} · {var}" for m in (LABEL, OTHER) for var in ("float32", "bfloat16"))
+    fig.draw_without_rendering()
+    assert legend.get_window_extent().y1 < ax.get_window_extent().y0
 
 
 def test_plot_records_rejects_what_it_cannot_plot():
@@ -230,3 +233,105 @@ def test_plot_records_rejects_what_it_cannot_plot():
         plot_records([record(), record(unit="GFLOP/s")], x="n")
     with pytest.raises(ValueError, match="x='batch'"):
         plot_records([record()], x="batch")
+
+
+def _marker_room(fig):
+    """For every plotted marker, its distance (pixels) from the nearest edge of the axes,
+    less the marker's radius: negative means the marker is cut off."""
+    fig.draw_without_rendering()
+    ax, = fig.axes
+    box = ax.get_window_extent()
+    room = []
+    for line in ax.get_lines():
+        if line.get_marker() in (None, "", "None"):
+            continue
+        radius = line.get_markersize() * fig.dpi / 72 / 2
+        for px, py in ax.transData.transform(line.get_xydata()):
+            room.append(min(px - box.x0, box.x1 - px, py - box.y0, box.y1 - py) - radius)
+    return room
+
+
+@pytest.mark.parametrize("values", [(0.5, 0.6, 0.7), (0.0, 0.5, 1.0), (0.01, 0.1, 1.0), (2.0, 2.0, 2.0)])
+def test_plot_records_cuts_off_no_marker(values):
+    records = [record(v, n=n) for n, v in zip((1, 64, 4096), values)]
+    room = _marker_room(plot_records(records, x="n"))
+    assert len(room) == 3 and min(room) > 0
+
+
+def test_plot_records_uses_a_log_axis_from_one_decade():
+    decade = plot_records([record(0.02, n=256), record(0.25, n=4096)], x="n").axes[0]
+    assert decade.get_xscale() == "log" and decade.get_yscale() == "log"  # 16x in n, 12.5x in value
+    narrow = plot_records([record(0.2, n=256), record(0.9, n=2048)], x="n").axes[0]
+    assert narrow.get_xscale() == "linear" and narrow.get_yscale() == "linear"  # 8x and 4.5x
+    assert narrow.get_ylim()[0] == 0
+
+
+@pytest.mark.parametrize("ceiling", [3.0, 0.001, 1.0])
+def test_plot_records_keeps_horizontal_lines_in_view(ceiling):
+    records = [record(v, n=n) for n, v in ((1, 0.5), (16, 0.9), (256, 1.2))]
+    fig = plot_records(records, x="n", hlines={"float32 matmul ceiling": ceiling})
+    ax, = fig.axes
+    low, high = ax.get_ylim()
+    assert low < ceiling < high
+    if ax.get_yscale() == "log":  # and not on the edge: a margin on both sides
+        assert math.log10(high / ceiling) > 0.01 and math.log10(ceiling / low) > 0.01
+    else:
+        assert (high - ceiling) > 0.01 * (high - low)
+    ceiling_line, = [line for line in ax.get_lines() if line.get_label() == "float32 matmul ceiling"]
+    assert list(ceiling_line.get_ydata()) == [ceiling, ceiling]
+    assert "float32 matmul ceiling" in [text.get_text() for text in ax.get_legend().get_texts()]
+    assert min(_marker_room(fig)) > 0
+
+
+def test_plot_records_rejects_bad_horizontal_lines():
+    with pytest.raises(ValueError, match="hlines\\['ceiling'\\]=nan"):
+        plot_records([record()], x="n", hlines={"ceiling": math.nan})
+    with pytest.raises(TypeError, match="hlines"):
+        plot_records([record()], x="n", hlines=[1.0])
+
+
+def test_plot_records_title_says_which_machines_it_shows():
+    mine = [record(1.0, n=256), record(1.2, n=512)]
+    theirs = [record(50.0, n=256, machine=OTHER), record(60.0, n=512, machine=OTHER)]
+    both = plot_records(mine + theirs, x="n", title="Matrix multiply", this_machine=LABEL).axes[0]
+    assert both.get_title() == "Matrix multiply\nthis machine and 1 reference machine"
+    styles = {line.get_label(): (line.get_linestyle(), line.get_markerfacecolor()) for line in both.get_lines()}
+    assert styles[f"{LABEL} (this machine) · float32"][0] == "-"
+    assert styles[f"{OTHER} · float32"] == ("--", "none")
+    alone = plot_records(mine, x="n", title="Matrix multiply", this_machine=LABEL).axes[0]
+    assert alone.get_title() == "Matrix multiply\nthis machine only (no reference records)"
+    others = plot_records(theirs, x="n", title="Matrix multiply", this_machine=LABEL).axes[0]
+    assert others.get_title() == "Matrix multiply\n1 reference machine (none from this machine)"
+    plain = plot_records(mine + theirs, x="n", title="Matrix multiply").axes[0]
+    assert plain.get_title() == "Matrix multiply"
+    assert {line.get_linestyle() for line in plain.get_lines()} == {"-"}
+
+
+def test_plot_records_draws_a_line_per_other_setting():
+    records = [Record("linear", "float32", "throughput", v, "TFLOP/s", {"batch": b, "width": w}, None, LABEL)
+               for w in (1, 256) for b, v in ((1, 0.01 * w), (16, 0.02 * w))]
+    ax, = plot_records(records, x="batch").axes
+    assert sorted(line.get_label() for line in ax.get_lines()) == [
+        f"{LABEL} · float32 · width=1", f"{LABEL} · float32 · width=256"]
+    assert all(len(line.get_xdata()) == 2 for line in ax.get_lines())
+    assert ax.get_legend().get_title().get_text() == "machine · variant · width"
+    # a parameter that only differs between variants is already told apart by the variant
+    by_variant = [Record("env_step", f"VecSnake {obs}", "throughput", 1.0 + n, "steps/s",
+                         {"num_envs": n, "obs_type": obs}, None, LABEL)
+                  for obs in ("grid", "features") for n in (1, 64)]
+    ax, = plot_records(by_variant, x="num_envs").axes
+    assert sorted(line.get_label() for line in ax.get_lines()) == [
+        f"{LABEL} · VecSnake features", f"{LABEL} · VecSnake grid"]
+
+
+def test_plot_records_labels_ticks_with_plain_numbers():
+    records = [record(v, n=n) for n, v in ((1, 0.016), (4, 0.03), (16, 0.08), (1024, 0.2), (16384, 0.19))]
+    fig = plot_records(records, x="n")
+    fig.draw_without_rendering()
+    ax, = fig.axes
+    assert [label.get_text() for label in ax.get_xticklabels()] == ["1", "4", "16", "1,024", "16,384"]
+    shown = [label.get_text() for label in ax.get_yticklabels() + ax.get_yticklabels(minor=True)
+             if label.get_text() and ax.get_ylim()[0] <= label.get_position()[1] <= ax.get_ylim()[1]]
+    assert "0.1" in shown and not any("10^" in text or "$" in text for text in shown)
+    crowded = plot_records([record(1.0, n=n) for n in range(1, 30)], x="n").axes[0]  # 29 values: no tick at each
+    assert len(crowded.get_xticks()) < 29

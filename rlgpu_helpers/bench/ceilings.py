@@ -8,17 +8,23 @@ second; an n x n matmul does 2n³). Small multiplies and element-wise work (acti
 optimizer updates, a vectorized environment's step) are limited by memory bandwidth, in GB/s,
 or by the fixed cost of starting each operation. Knowing both ceilings tells you how far from
 the limit a workload is.
+
+For one linear layer (the shape of an RL network), :func:`linear_limits` sets the measured time
+of a call beside what each limit alone would cost: the fixed cost of a call (measured with a
+layer 1 wide), moving its bytes at the memory ceiling, and its FLOP at the arithmetic ceiling.
 """
 
+import dataclasses
 import math
 
 import torch
 from tqdm.auto import tqdm
 
-from ..core.checks import check_int, check_ints
+from ..core.checks import check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label, native_half_dtypes
-from .records import Record
+from .records import Record, check_records
+from .report import Table, format_number
 from .timing import time_callable
 
 _MIB = 2**20
@@ -124,11 +130,100 @@ def linear_throughput(device: str | torch.device | None = None, *, batch_sizes=N
         def forward():
             with torch.inference_mode():
                 layer(x)
-        return forward, 2 * batch * width * width / 1e12
+        return forward, linear_flop(batch, width) / 1e12
 
     jobs = [("float32", {"batch": batch, "width": width}, lambda batch=batch: make(batch))
             for batch in batch_sizes]
     return _measure("linear", "throughput", "TFLOP/s", jobs, device, progress)
+
+
+def linear_flop(batch: int, width: int) -> int:
+    """FLOP of one ``width x width`` linear layer's forward pass on ``batch`` rows: 2 B w²."""
+    return 2 * check_int("batch", batch) * check_int("width", width) ** 2
+
+
+def linear_bytes(batch: int, width: int, element_bytes: int = 4) -> int:
+    """Bytes that pass: the weights once, the inputs and the outputs (float32 by default).
+
+    ``element_bytes * (w² + 2 B w)``; the bias (w elements) is left out, as it is tiny.
+    """
+    batch, width = check_int("batch", batch), check_int("width", width)
+    return check_int("element_bytes", element_bytes) * (width**2 + 2 * batch * width)
+
+
+def seconds_per_call(record: Record) -> float:
+    """The time one forward pass took, from a :func:`linear_throughput` record: FLOP / rate."""
+    record, = check_records([record])
+    batch, width = record.params.get("batch"), record.params.get("width")
+    if record.name != "linear" or record.unit != "TFLOP/s" or batch is None or width is None:
+        raise ValueError(f"record={record!r} is not a linear_throughput record (TFLOP/s with a batch and a width)")
+    if record.value <= 0:
+        raise ValueError(f"record={record!r} has a rate of {record.value}: no time per call follows")
+    return linear_flop(batch, width) / (record.value * 1e12)
+
+
+def time_per_call(records) -> list[Record]:
+    """:func:`linear_throughput` records turned into microseconds per forward pass (no spread)."""
+    return [dataclasses.replace(record, metric="time per call", unit="µs", spread=None,
+                                value=seconds_per_call(record) * 1e6)
+            for record in check_records(records)]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerLimits:
+    """One forward pass of a linear layer: its measured time beside what each limit alone costs.
+
+    Times are in seconds. ``fixed`` is the measured time of a 1-wide layer at the same batch
+    size: almost no arithmetic and no bytes, so nearly all of it is the fixed cost of a call.
+    ``memory`` is the time to move :func:`linear_bytes` at the memory ceiling, ``arithmetic``
+    the time of :func:`linear_flop` at the arithmetic ceiling.
+    """
+
+    width: int
+    batch: int
+    flop: int
+    bytes: int
+    measured: float
+    fixed: float
+    memory: float
+    arithmetic: float
+
+    @property
+    def largest(self) -> str:
+        """Which of the three limits takes longest: "fixed cost", "memory" or "arithmetic"."""
+        costs = {"fixed cost": self.fixed, "memory": self.memory, "arithmetic": self.arithmetic}
+        return max(costs, key=costs.get)
+
+
+def linear_limits(layers, fixed, *, peak: float, bandwidth: float) -> list[LayerLimits]:
+    """Each record of ``layers`` beside the three limits on its time, sorted by width and batch.
+
+    ``layers`` and ``fixed`` come from :func:`linear_throughput`; ``fixed`` (a layer 1 wide)
+    must cover every batch size of ``layers``. ``peak`` is the arithmetic ceiling in TFLOP/s
+    (a float32 matmul), ``bandwidth`` the memory ceiling in GB/s (the largest copy).
+    """
+    peak, bandwidth = check_number("peak", peak, above=0), check_number("bandwidth", bandwidth, above=0)
+    floor = {record.params["batch"]: seconds_per_call(record) for record in check_records(fixed)}
+    rows = []
+    for record in check_records(layers):
+        measured = seconds_per_call(record)
+        batch, width = record.params["batch"], record.params["width"]
+        if batch not in floor:
+            raise ValueError(f"fixed has no record at batch={batch} (it has {sorted(floor)})")
+        flop, size = linear_flop(batch, width), linear_bytes(batch, width)
+        rows.append(LayerLimits(width, batch, flop, size, measured, floor[batch],
+                                size / (bandwidth * 1e9), flop / (peak * 1e12)))
+    return sorted(rows, key=lambda row: (row.width, row.batch))
+
+
+def limits_table(limits) -> Table:
+    """:func:`linear_limits` as a table, times in µs per call."""
+    columns = ["width", "batch", "FLOP per byte", "measured (µs)", "fixed cost (µs)",
+               "memory alone (µs)", "arithmetic alone (µs)", "largest limit"]
+    rows = [[str(row.width), f"{row.batch:,}", format_number(row.flop / row.bytes),
+             *(format_number(seconds * 1e6) for seconds in (row.measured, row.fixed, row.memory, row.arithmetic)),
+             row.largest] for row in limits]
+    return Table(columns, rows, [True] * 7 + [False])
 
 
 def measure_ceilings(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:

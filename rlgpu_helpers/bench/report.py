@@ -2,14 +2,17 @@
 
 Introduced in notebook 00. :func:`records_table` puts this machine's records beside the
 reference machines' (``str()`` gives aligned text, Jupyter shows HTML), :func:`plot_records`
-draws a figure against a parameter with log axes where values span decades, and
+draws a figure against a parameter (log axes where values span a decade or more, the
+reference machines told apart from this one, ceilings as lines), and
 :func:`format_number` writes every figure with three significant digits.
 """
 
+import functools
 import html
 import math
 from collections.abc import Sequence
 
+from ..core.checks import check_number
 from .records import Record, check_records
 
 
@@ -93,13 +96,88 @@ def records_table(records: Sequence[Record], *, this_machine: str | None = None)
     return RecordsTable(records, this_machine)
 
 
-def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None,
-                 title: str | None = None):
-    """Plot ``value`` against the parameter ``x``: one line per (machine, variant).
+LOG_SPAN = 10
+"""An axis whose positive values span this factor (a decade) or more gets a log scale."""
 
-    All records must share one metric and unit (the y axis). An axis whose values span 100x or
-    more gets a log scale; a linear y axis starts at zero. Returns the matplotlib Figure
-    (Jupyter displays it).
+_PAD = 0.06  # of the axis span, on each side, so that no marker is cut off at the edge
+
+
+def _limits(values: list[float], log: bool, from_zero: bool) -> tuple[float, float]:
+    """Axis limits that hold every value with a margin; in log space on a log axis."""
+    low, high = min(values), max(values)
+    if log:
+        low, high = math.log10(low), math.log10(high)
+    pad = _PAD * (high - low) if high > low else (0.5 if log else 0.1 * abs(high) or 1.0)
+    low, high = (0.0 if from_zero else low - pad), high + pad
+    return (10**low, 10**high) if log else (low, high)
+
+
+def _tick_label(value: float, _position=None) -> str:
+    """A plain tick label: 16,384 / 0.02 rather than 1.6×10⁴ / 2×10⁻²."""
+    return f"{value:,g}"
+
+
+@functools.cache
+def _plain_log_formatter():
+    """A matplotlib formatter class: its log ticks, labelled as plain numbers (made on first use)."""
+    from matplotlib import ticker
+
+    class PlainLogFormatter(ticker.LogFormatter):
+        def __call__(self, value, position=None):
+            return _tick_label(value) if super().__call__(value, position) else ""
+
+    return PlainLogFormatter
+
+
+_LEGEND_BELOW = 4  # legends with this many entries or more go under the plot, not over it
+_MAX_DATA_TICKS = 12  # an x axis with at most this many values gets a tick at each...
+_MIN_TICK_GAP = 0.08  # ...if no two are closer than this fraction of the axis (labels would collide)
+
+
+def _plain_ticks(ax, axis: str, values: list[float], log: bool) -> None:
+    """Plain numbers on a log axis; on an x axis with few, well-spread values, a tick at each."""
+    from matplotlib import ticker
+
+    target = getattr(ax, f"{axis}axis")
+    distinct = sorted(set(values))
+    low, high = getattr(ax, f"get_{axis}lim")()
+    scale = math.log10 if log else float
+    gaps = [(scale(b) - scale(a)) / (scale(high) - scale(low)) for a, b in zip(distinct, distinct[1:])]
+    if axis == "x" and 1 < len(distinct) <= _MAX_DATA_TICKS and min(gaps) >= _MIN_TICK_GAP:
+        target.set_major_locator(ticker.FixedLocator(distinct))
+        target.set_major_formatter(ticker.FuncFormatter(_tick_label))
+        target.set_minor_formatter(ticker.NullFormatter())
+    elif log:
+        target.set_major_formatter(_plain_log_formatter()())
+        target.set_minor_formatter(_plain_log_formatter()())
+
+
+def _reference_clause(machines: set[str], this_machine: str) -> str:
+    """What the plot shows, in words: this machine and how many reference machines."""
+    others = len(machines - {this_machine})
+    counted = f"{others} reference machine{'' if others == 1 else 's'}"
+    if this_machine not in machines:
+        return f"{counted} (none from this machine)"
+    return f"this machine and {counted}" if others else "this machine only (no reference records)"
+
+
+def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None,
+                 title: str | None = None, this_machine: str | None = None,
+                 hlines: dict[str, float] | None = None):
+    """Plot ``value`` against the parameter ``x``: one line per machine, variant and other setting.
+
+    All records must share one metric and unit (the y axis). Records of one machine and variant
+    that differ in a parameter besides ``x`` (a layer's width, say) get a line each, labelled
+    with it. An axis whose values
+    span a decade or more (``LOG_SPAN``) gets a log scale; a linear y axis of positive values
+    starts at zero. Both axes leave a margin, so no marker touches an edge.
+
+    ``this_machine`` (a machine label) draws that machine's lines solid and every other
+    machine's dashed with hollow markers, and adds to the title what the plot shows: "this
+    machine and 2 reference machines", or "this machine only (no reference records)". So a title
+    never needs to promise references itself. ``hlines`` draws labelled horizontal lines
+    (``{"float32 matmul ceiling": 0.23}``, in the y unit), always inside the visible range.
+    Returns the matplotlib Figure (Jupyter displays it).
     """
     import matplotlib.pyplot as plt
 
@@ -114,26 +192,57 @@ def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"x={x!r}: record {record.name}/{record.variant} on {record.machine} "
                              f"has params {record.params}, without a number under {x!r}")
+    if hlines is not None and not isinstance(hlines, dict):
+        raise TypeError(f"hlines={hlines!r} must be a dict of label -> y value")
+    hlines = {str(label): check_number(f"hlines[{label!r}]", level) for label, level in (hlines or {}).items()}
     (metric, unit), = measures
+    # a parameter besides x that differs within one machine's variant splits it into lines
+    seen = {}
+    for record in records:
+        for key in record.params.keys() - {x}:
+            seen.setdefault((record.machine, record.variant, key), set()).add(repr(record.params[key]))
+    varying = sorted({key for (_, _, key), values in seen.items() if len(values) > 1})
     lines = {}
     for record in sorted(records, key=lambda r: r.params[x]):
-        lines.setdefault((record.machine, record.variant), []).append((record.params[x], record.value))
+        key = (record.machine, record.variant, tuple(record.params.get(k) for k in varying))
+        lines.setdefault(key, []).append((record.params[x], record.value))
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (machine, variant), points in lines.items():
+    entries = len(lines) + len(hlines)
+    below = entries >= _LEGEND_BELOW  # a legend this long would hide lines: put it under the plot
+    height = 4.5 + (0.25 * math.ceil(entries / 2) + 0.4 if below else 0)
+    fig, ax = plt.subplots(figsize=(7, height), layout="constrained")
+    for (machine, variant, settings), points in lines.items():
         xs, ys = zip(*points)
-        ax.plot(xs, ys, marker="o", label=f"{machine} · {variant}")
-    for axis, values in (("x", [r.params[x] for r in records]), ("y", [r.value for r in records])):
-        if min(values) > 0 and max(values) / min(values) >= 100:
+        label = " · ".join([f"{machine} (this machine)" if machine == this_machine else machine, variant,
+                            *(f"{k}={v}" for k, v in zip(varying, settings))])
+        style = {} if this_machine is None or machine == this_machine else {"linestyle": "--",
+                                                                          "markerfacecolor": "none"}
+        ax.plot(xs, ys, marker="o", label=label, **style)
+    for level, (label, value) in enumerate(hlines.items()):
+        ax.axhline(value, color="gray", linestyle=(0, (4, 2 + 2 * level)), linewidth=1.2, label=label)
+
+    xs = [r.params[x] for r in records]
+    ys = [r.value for r in records] + list(hlines.values())
+    for axis, values in (("x", xs), ("y", ys)):
+        log = min(values) > 0 and max(values) / min(values) >= LOG_SPAN
+        if log:
             getattr(ax, f"set_{axis}scale")("log")
-    if ax.get_yscale() == "linear" and min(r.value for r in records) >= 0:
-        ax.set_ylim(bottom=0)  # a linear axis from zero shows differences at their true size
+        # a linear y axis from zero shows differences at their true size
+        from_zero = axis == "y" and not log and min(values) > 0
+        getattr(ax, f"set_{axis}lim")(*_limits(values, log, from_zero))
+        _plain_ticks(ax, axis, values, log)
     names = sorted({record.name for record in records})
-    ax.set_title(title or f"{', '.join(names)}: {metric}")
+    heading = title or f"{', '.join(names)}: {metric}"
+    if this_machine is not None:
+        heading += "\n" + _reference_clause({record.machine for record in records}, this_machine)
+    ax.set_title(heading)
     ax.set_xlabel(xlabel or x)
     ax.set_ylabel(f"{metric} ({unit})")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(title="machine · variant", fontsize="small")
-    fig.tight_layout()
+    legend = {"title": " · ".join(["machine", "variant", *varying]), "fontsize": "small"}
+    if below:
+        fig.legend(loc="outside lower center", ncols=2, **legend)
+    else:
+        ax.legend(**legend)
     plt.close(fig)  # returned, not also drawn by pyplot at the end of a notebook cell
     return fig
