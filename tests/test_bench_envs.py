@@ -5,7 +5,14 @@ import math
 import pytest
 
 from rlgpu_helpers.bench import envs as env_bench
-from rlgpu_helpers.bench.claims import CLAIMS, HELD, NOT_HELD, PARTLY, judge, speedup_spread
+from rlgpu_helpers.bench.claims import (
+    CLAIMS,
+    HELD,
+    NOT_HELD,
+    PARTLY,
+    judge,
+    speedup_spread,
+)
 from rlgpu_helpers.bench.envs import (
     FPS_CLAIMS,
     NO_GPU_RECORD,

@@ -15,9 +15,8 @@ from rlgpu_helpers.bench.loop import (
     tuning_rows,
     tuning_verdicts,
 )
-from rlgpu_helpers.learn.naive_dqn import NaiveRunResult
 from rlgpu_helpers.bench.records import Record
-from rlgpu_helpers.learn.naive_dqn import PARTS, LoopSettings
+from rlgpu_helpers.learn.naive_dqn import PARTS, LoopSettings, NaiveRunResult
 
 
 def test_measure_loop_times_segments_after_the_warm_up():

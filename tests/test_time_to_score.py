@@ -5,13 +5,13 @@ import pytest
 from rlgpu_helpers.bench.records import Record
 from rlgpu_helpers.bench.time_to_score import (
     Curve,
+    compare_to_score,
     curve_records,
     plot_curves,
     run_naive,
     run_ours,
     run_sb3,
     sb3_available,
-    compare_to_score,
     sb3_vec_env_rates,
     seed_summary,
     time_to_score_table,

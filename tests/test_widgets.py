@@ -2,6 +2,7 @@
 
 import ipywidgets
 import pytest
+from test_render import states_of_a_short_game
 
 from rlgpu_helpers.snake.rules import DOWN, LEFT, RIGHT, UP, SnakeState
 from rlgpu_helpers.snake.widgets import SnakePlayer
@@ -116,23 +117,11 @@ def test_the_board_keeps_its_natural_size():
         SnakePlayer(cell_px=2)
 
 
-def short_game():
-    from rlgpu_helpers.snake.env import SnakeEnv
-
-    env = SnakeEnv(6, 6)
-    env.reset(seed=0)
-    states = [env.get_state()]
-    for action in (0, 0, 1, 1, 2):
-        env.step(action)
-        states.append(env.get_state())
-    return states
-
-
 def test_the_replay_player_shows_each_frame_of_a_recorded_game():
     from rlgpu_helpers.snake.render import png_bytes, render_state
     from rlgpu_helpers.snake.widgets import ReplayPlayer
 
-    states = short_game()
+    states = states_of_a_short_game()
     player = ReplayPlayer(states, 6, 6, cell_px=10)
     assert (player.slider.max, player.play.max) == (len(states) - 1, len(states) - 1)
     assert bytes(player.image.value) == png_bytes(render_state(states[0], 6, 6, 10))

@@ -53,7 +53,13 @@ import torch
 from gymnasium.vector import AsyncVectorEnv
 from tqdm.auto import tqdm
 
-from ..core.checks import check_choices, check_int, check_ints, check_number, check_numbers
+from ..core.checks import (
+    check_choices,
+    check_int,
+    check_ints,
+    check_number,
+    check_numbers,
+)
 from ..core.config import pick
 from ..core.device import device_report, get_device, logical_cores, machine_label
 from ..snake import rules

@@ -25,7 +25,6 @@ from .claims import CLAIMS, Verdict, judge, relative_noise, speedup_spread
 from .records import Record
 from .report import Table, format_number
 
-
 BASELINE, BASELINE_AGAIN = "baseline", "baseline, again"
 
 

@@ -19,7 +19,13 @@ import dataclasses
 import functools
 import time
 
-from ..core.checks import check_choice, check_choices, check_int, check_ints, check_number
+from ..core.checks import (
+    check_choice,
+    check_choices,
+    check_int,
+    check_ints,
+    check_number,
+)
 from ..core.device import logical_cores
 from ..learn.training import ScoreCurve
 from .records import Record
