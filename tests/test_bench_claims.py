@@ -23,6 +23,7 @@ from rlgpu_helpers.bench.claims import (
 
 ABOUT_500 = Claim("k", "a guide", "~500 FPS", 500, 500, "steps/s", "figure", "one env", "01")
 ABOUT_15_PERCENT = Claim("k", "a guide", "~15% faster", 1.15, 1.15, "x", "speedup", "acting", "02")
+FASTER = Claim("k", "a guide", "keep data on the GPU", 1, math.inf, "x", "speedup", "sampling", "05")
 TWO_TO_THREE_X = Claim("k", "a guide", "2-3x faster", 2, 3, "x", "speedup", "pinned memory", "05")
 
 
@@ -39,6 +40,7 @@ def test_the_table_of_fps_claims_is_all_there():
     assert figures == {"single-env-fps": 500, "cpu-16-envs-fps": 6_000, "gpu-64-envs-fps": 35_000,
                        "gpu-256-envs-fps": 120_000}
     assert CLAIMS["loop-tunings"].low == pytest.approx(4.71, abs=0.01)
+    assert CLAIMS["replay-on-gpu"].figure == "faster than 1.00 x (no figure given)"
 
 
 @pytest.mark.parametrize("claim, measured, spread, outcome", [
@@ -59,6 +61,9 @@ def test_the_table_of_fps_claims_is_all_there():
     (TWO_TO_THREE_X, 0.7, 0.1, NOT_HELD),  # slower
     (TWO_TO_THREE_X, 1.05, 0.1, WITHIN_NOISE),
     (TWO_TO_THREE_X, 1.8, 0.9, WITHIN_NOISE),  # the noise reaches 1: cannot tell a change from none
+    (FASTER, 4.0, 0.5, HELD),
+    (FASTER, 0.5, 0.1, NOT_HELD),
+    (FASTER, 1.02, 0.1, WITHIN_NOISE),
 ])
 def test_verdicts_by_hand(claim, measured, spread, outcome):
     assert judge(claim, measured, spread).outcome == outcome

@@ -45,7 +45,8 @@ class Claim:
     """A figure a guide states: ``low``..``high`` in ``unit`` (equal ends: "about" that figure).
 
     ``kind`` is ``"speedup"`` for a ratio against a baseline (1 means no change) or
-    ``"figure"`` for an absolute quantity (a rate, a time).
+    ``"figure"`` for an absolute quantity (a rate, a time, a ratio of two costs). A speedup the
+    guide gives no figure for ("faster") is ``low=1, high=math.inf``.
     """
 
     key: str
@@ -61,7 +62,8 @@ class Claim:
     def __post_init__(self):
         check_choice("kind", self.kind, KINDS)
         check_number("low", self.low, above=0)
-        check_number("high", self.high, at_least=self.low)
+        if not (self.kind == "speedup" and self.high == math.inf):  # "faster", with no figure
+            check_number("high", self.high, at_least=self.low)
         for field in ("key", "source", "quote", "unit", "about", "lesson"):
             if not isinstance(getattr(self, field), str) or not getattr(self, field):
                 raise ValueError(f"{field}={getattr(self, field)!r} must be a non-empty str")
@@ -83,7 +85,9 @@ class Claim:
 
     @property
     def figure(self) -> str:
-        """The claim's figure as the guide puts it: "~500 steps/s", "2-3 x"."""
+        """The claim's figure as the guide puts it: "~500 steps/s", "2-3 x", "faster (no figure)"."""
+        if self.high == math.inf:
+            return f"faster than {format_number(self.low)} {self.unit} (no figure given)"
         if self.approximate:
             return f"~{format_number(self.low)} {self.unit}"
         return f"{format_number(self.low)}-{format_number(self.high)} {self.unit}"
@@ -107,6 +111,19 @@ CLAIMS = _claims(
           "speedup", "vectorized envs on a GPU against one CPU env", "04"),
     Claim("single-env-million-steps", GUIDE_GPU_RL, "Single CPU env | ~500 | ~33 min (training time, 1M steps)",
           33, 33, "min", "figure", "one million training steps with one Snake env on a CPU", "01"),
+    Claim("same-cost-1-vs-256", GUIDE_GPU_RL, "Same computational cost for 1 or 256 environments (GPU "
+          "parallelism)", 1.0, 1.0, "x", "figure",
+          "time of one VecSnake step of 256 games over one of 1 game, on a GPU", "04"),
+    # notebook 05: transfers and replay buffers
+    Claim("pinned-transfer", GUIDE_GPU_RL, "Pinned (page-locked) memory enables faster CPU-GPU transfer ... "
+          "2-3x faster transfer to GPU", 2.0, 3.0, "x", "speedup",
+          "host-to-device GB/s from pinned against pageable memory", "05"),
+    Claim("pinned-replay", GUIDE_GPU_RL, "Use Pinned Memory: For replay buffer storage ... 2-3x faster transfers",
+          2.0, 3.0, "x", "speedup",
+          "sampling a batch to the GPU from a pinned, prefetching buffer against a pageable one", "05"),
+    Claim("replay-on-gpu", GUIDE_GPU_RL, "Keep Data on GPU: ... Keep replay buffer samples on GPU, Avoid "
+          "repeated CPU-GPU transfers", 1.0, math.inf, "x", "speedup",
+          "sampling from a buffer on the GPU against a buffer in pageable host memory", "05"),
     # notebook 02: the cheap tunings of the naive loop (a 2-core CPU, per the guide)
     Claim("loop-tunings", GUIDE_SNAKE_OPT, "Baseline: ~435 steps/second; Optimized: ~2050 steps/second; "
           "Speedup: 4.7x faster", 2050 / 435, 2050 / 435, "x", "speedup",
@@ -158,7 +175,7 @@ def judge(claim: Claim, measured: float, spread: float = 0.0) -> Verdict:
     elif lowest <= high and highest >= low:
         outcome = HELD
     elif claim.kind == "speedup":
-        same_way = (measured > 1) == (claim.low > 1)
+        same_way = (measured > 1) == (claim.high > 1)
         outcome = PARTLY if same_way else NOT_HELD
     else:
         near = low / 2 <= measured <= high * 2
