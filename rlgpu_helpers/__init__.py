@@ -13,7 +13,8 @@ each lesson's helpers live:
                                   bench.loop, bench.claims (used by every lesson after it)
 02    cpu_loop_tuning             bench.loop (rows, tables, plots), learn.naive_dqn (switches)
 03    vectorized_envs             snake.cpu_vector, snake.vec, bench.envs
-04    gpu_vectorized_env          snake.vec, snake.naive_tensor, gpu.sync, bench.envs
+04    gpu_vectorized_env          snake.vec, snake.naive_tensor, gpu.sync, bench.envs,
+                                  bench.launch
 05    transfers_and_replay        gpu.transfer, bench.transfers, replay.base, replay.naive,
                                   replay.tensor, replay.pinned, replay.memmap,
                                   replay.prioritized, bench.replay

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import torch
 
 from rlgpu_helpers.bench import envs as env_bench
 from rlgpu_helpers.bench.claims import (
@@ -17,18 +18,30 @@ from rlgpu_helpers.bench.envs import (
     FPS_CLAIMS,
     NO_GPU_RECORD,
     NOT_MEASURED,
+    SYNC_CONFIGS,
     ClaimCheck,
     StepMemory,
+    SyncAudit,
     async_crossover,
+    audit_sync_points,
     best_per_variant,
     claim_checks_table,
+    flat_until,
     fps_claim_checks,
     gym_vector_throughput,
     heavy_env_throughput,
     measure_env_throughput,
+    measure_sync_costs,
     microseconds_per_step,
+    same_cost_checks,
     snake_loop_throughput,
     step_memory_table,
+    sync_audit_table,
+    sync_cost_table,
+    sync_cost_throughput,
+    sync_costs,
+    sync_variant,
+    time_per_step_records,
     vec_snake_step_memory,
     vec_snake_throughput,
 )
@@ -36,6 +49,7 @@ from rlgpu_helpers.bench.records import Record, load_json
 from rlgpu_helpers.bench.suites import SUITES
 from rlgpu_helpers.cli import main
 from rlgpu_helpers.core.device import device_report, machine_label
+from rlgpu_helpers.gpu.sync import SyncRow
 from rlgpu_helpers.snake.cpu_vector import make_cpu_vector_env
 
 LABEL = machine_label(device_report("cpu"))
@@ -83,7 +97,7 @@ def test_full_size_reaches_65536_games(monkeypatch):
 
 def test_bench_envs_is_registered_and_writes_loadable_json(monkeypatch, tmp_path, capsys):
     assert SUITES["envs"].run is measure_env_throughput
-    monkeypatch.setattr(env_bench, "default_vec_num_envs", lambda: (1, 4))
+    monkeypatch.setattr(env_bench, "default_vec_num_envs", lambda device="cpu": (1, 4))
     monkeypatch.setattr(env_bench, "default_gym_num_envs", lambda: (2,))
     path = tmp_path / "envs.json"
     assert main(["bench", "envs", "--device", "cpu", "--json", str(path)]) == 0
@@ -341,3 +355,145 @@ def test_step_memory_table_sets_the_bytes_beside_the_rate():
 def test_step_memory_rejects_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+# ---------------------------------------------------------------------------- notebook 04: sizes and N
+
+def test_on_a_gpu_full_size_reaches_2_to_the_24_and_quick_mode_stays_small(monkeypatch):
+    monkeypatch.setenv("RLGPU_QUICK", "0")
+    gpu = env_bench.default_vec_num_envs("cuda")
+    assert gpu[0] == 1 and gpu[-1] == 2**24 and all(b == 4 * a for a, b in zip(gpu, gpu[1:]))
+    assert env_bench.default_vec_num_envs() == env_bench.default_vec_num_envs("cpu")
+    assert env_bench.default_vec_num_envs("cpu")[-1] == 65_536
+    assert env_bench.default_scaling_num_envs("cpu")[-1] == 262_144
+    assert env_bench.default_scaling_num_envs(torch.device("cuda")) == gpu
+    assert env_bench.default_sync_num_envs("cpu") == (16, 1024, 65_536)
+    assert env_bench.default_sync_num_envs("cuda")[-1] == 1_048_576
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+    for sizes in (env_bench.default_vec_num_envs("cuda"), env_bench.default_scaling_num_envs("cuda")):
+        assert max(sizes) <= 256
+    with pytest.raises(TypeError, match="device=3"):
+        env_bench.default_vec_num_envs(3)
+
+
+def test_an_n_that_does_not_fit_is_skipped_with_every_larger_one(monkeypatch, capsys):
+    real = env_bench._vec_snake
+
+    def small_memory(num_envs, obs_type, device):
+        if num_envs >= 8 and obs_type == "grid":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real(num_envs, obs_type, device)
+
+    monkeypatch.setattr(env_bench, "_vec_snake", small_memory)
+    records = vec_snake_throughput("cpu", num_envs=(2, 8, 32), progress=False)
+    assert [(r.variant, r.params["num_envs"]) for r in records] == [
+        ("VecSnake features", 2), ("VecSnake features", 8), ("VecSnake features", 32), ("VecSnake grid", 2)]
+    out = capsys.readouterr().out
+    assert "VecSnake grid at N=8 did not fit in cpu memory (CUDA out of memory." in out
+    assert "none at larger N" in out and "N=32" not in out
+
+
+def test_the_machine_label_can_be_given():
+    vec = vec_snake_throughput("cpu", num_envs=2, obs_types="features", progress=False, machine="gpu-box")
+    assert vec[0].machine == "gpu-box" and vec[0].params["device"] == "cpu"
+    with pytest.raises(ValueError, match="machine=''"):
+        vec_snake_throughput("cpu", num_envs=2, progress=False, machine="")
+
+
+def test_time_per_step_is_n_over_the_rate_with_its_relative_spread():
+    records = [env_record("VecSnake features", 1, 4_000, 400), env_record("VecSnake features", 256, 512_000, 0),
+               Record("copy", "device copy", "bandwidth", 50.0, "GB/s", {"MiB": 64}, 1.0, "cpu-here")]
+    one, many = time_per_step_records(records)
+    assert (one.metric, one.unit, one.value, one.spread) == ("time per step", "µs", 250.0, pytest.approx(25.0))
+    assert many.value == pytest.approx(500.0) and many.params == records[1].params
+
+
+def test_flat_until_reads_where_the_time_of_a_step_starts_to_rise():
+    # 100 µs per step up to N = 64 (and 120 µs at 256: within 25%), then 4x at 1,024
+    rates = {1: 10_000, 4: 40_000, 64: 640_000, 256: 256 / 120e-6, 1024: 1024 / 400e-6}
+    records = [env_record("VecSnake features", n, rate) for n, rate in rates.items()]
+    assert flat_until(records, "VecSnake features") == (256, 1024)
+    assert flat_until(records, "VecSnake features", tolerance=0.1) == (64, 1024)
+    assert flat_until(records[1:], "VecSnake features") is None
+    assert flat_until(records, "VecSnake grid") is None
+    mixed = records + [env_record("VecSnake features", 1, 1.0, machine="other")]
+    with pytest.raises(ValueError, match="pass one machine's records"):
+        flat_until(mixed, "VecSnake features")
+
+
+def test_same_cost_is_judged_on_gpu_records_only():
+    cpu_only = CPU_RUN + [env_record("VecSnake features", 1, 4_000)]
+    check, = same_cost_checks(cpu_only)
+    assert check.verdict is None and check.answered_by == NO_GPU_RECORD
+    reference = [env_record("VecSnake features", 1, 10_000, 500, device="cuda", machine="gpu-a"),
+                 env_record("VecSnake features", 256, 2_048_000, 0, device="cuda", machine="gpu-a"),
+                 env_record("VecSnake features", 256, 25_600, 0, device="cuda", machine="gpu-b")]
+    a, b = same_cost_checks(cpu_only, reference)
+    # gpu-a: 125 µs at N=256 against 100 µs at N=1: 1.25x, held; its spread from N=1's 5%
+    assert a.verdict.measured == pytest.approx(1.25) and a.outcome == HELD
+    assert a.verdict.spread == pytest.approx(1.25 * 0.05)
+    assert "gpu-a" in a.answered_by and a.claim.key == "same-cost-1-vs-256"
+    assert b.verdict is None and "no VecSnake features record from gpu-b at N=1" in b.answered_by
+
+
+# ---------------------------------------------------------------------------- notebook 04: sync points
+
+def test_sync_costs_are_measured_for_every_configuration():
+    records = sync_cost_throughput("cpu", num_envs=(4,), progress=False)
+    assert [r.variant for r in records] == [sync_variant(c) for c in SYNC_CONFIGS]
+    assert sync_variant("if_any") == "NaiveTensorSnake + if_any"
+    assert sync_variant("all four") == "NaiveTensorSnake, all four"
+    for record in records:
+        assert_well_formed(record, name="env_step_syncs")
+        assert record.params == {"num_envs": 4, "obs_type": "features", "device": "cpu"}
+    with pytest.raises(ValueError, match="'bogus' is not one of"):
+        sync_cost_throughput("cpu", configs=("bogus",), progress=False)
+
+
+def test_the_audit_counts_each_configuration_per_step_the_same_on_every_run():
+    audits = audit_sync_points(64, steps=5)
+    per_step = {a.config: a.per_step for a in audits}
+    assert per_step["VecSnake"] == per_step["no syncs"] == 0
+    assert per_step["mask_reset"] == per_step["if_any"] == per_step["item_logging"] == 2
+    assert per_step["nonzero_food"] == 2 and per_step["all four"] > 6
+    assert audits == audit_sync_points(64, steps=5)
+    table = str(sync_audit_table(audits))
+    assert "syncs per step" in table and "Tensor.item()" in table and "naive_tensor.py" in table
+    assert "VecSnake (not NaiveTensorSnake)" in table
+    with pytest.raises(TypeError, match="only SyncAudit objects"):
+        sync_audit_table(["audit"])
+
+
+def sync_record(config, n, value, spread=0.0, machine="cpu-here", device="cpu"):
+    return Record("env_step_syncs", sync_variant(config), "throughput", value, "steps/s",
+                  {"num_envs": n, "obs_type": "features", "device": device}, spread, machine)
+
+
+def test_sync_costs_set_each_variant_beside_the_sync_free_one():
+    records = [sync_record("VecSnake", 100, 2e6), sync_record("no syncs", 100, 1e6, 1e4),
+               sync_record("if_any", 100, 0.5e6), sync_record("mask_reset", 100, 1.01e6, 5e4),
+               Record("env_step_sync_count", sync_variant("if_any"), "syncs per step", 2.0, "syncs/step",
+                      {"num_envs": 100, "obs_type": "features", "device": "cpu", "method": "rules"}, None,
+                      "cpu-here")]
+    costs = {c.config: c for c in sync_costs(records)}
+    assert costs["no syncs"].extra_us is None and costs["no syncs"].syncs_per_step == 0
+    # 200 µs a step against 100 µs: 100 µs more, 2 syncs per step, 50 µs each
+    assert costs["if_any"].extra_us == pytest.approx(100.0) and costs["if_any"].per_sync_us == pytest.approx(50.0)
+    assert costs["if_any"].spread_us == pytest.approx(1.0) and costs["if_any"].beyond_noise
+    assert costs["mask_reset"].syncs_per_step is None and not costs["mask_reset"].beyond_noise
+    audits = [SyncAudit("mask_reset", 100, 4, "rules", (SyncRow("x", 8, "here"),))]
+    assert {c.config: c for c in sync_costs(records, audits)}["mask_reset"].syncs_per_step == 2
+    table = str(sync_cost_table(records, audits))
+    assert "+100.0 ± 1.00" in table and "(reference)" in table and "50.0" in table
+    assert "vs no syncs, per sync (µs)" in table
+    with pytest.raises(ValueError, match="not one of sync_cost_throughput's"):
+        sync_costs([env_record("VecSnake grid", 1, 5.0, name="env_step_syncs")])
+
+
+def test_measure_sync_costs_stores_the_counts_beside_the_rates(monkeypatch):
+    monkeypatch.setattr(env_bench, "default_sync_num_envs", lambda device=None: (8,))
+    records = measure_sync_costs("cpu", progress=False)
+    counts = {r.variant: r.value for r in records if r.name == "env_step_sync_count"}
+    assert counts[sync_variant("no syncs")] == 0 and counts[sync_variant("item_logging")] == 2
+    assert {r.name for r in records} == {"env_step_syncs", "env_step_sync_count"}
+    assert all(c.syncs_per_step is not None for c in sync_costs(records))

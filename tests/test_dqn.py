@@ -7,6 +7,7 @@ from test_ppo import random_policy_mean_score
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.training import make_learner, train
+from rlgpu_helpers.replay.base import KINDS
 
 
 @pytest.mark.parametrize(
@@ -19,6 +20,9 @@ from rlgpu_helpers.learn.training import make_learner, train
         (dict(learning_starts=2_000, buffer_size=1_000), "learning_starts=2000 must not exceed buffer_size=1000"),
         (dict(obs_type="rgb"), "obs_type='rgb' must be one of"),
         (dict(seed=-1), "seed=-1 must be a seed"),
+        (dict(buffer="ring"), "buffer='ring' must be one of"),
+        (dict(priority_alpha=-1.0), "priority_alpha=-1.0 must be a finite number >= 0"),
+        (dict(priority_beta=2.0), "priority_beta=2.0 must be a finite number >= 0 and <= 1"),
     ],
 )
 def test_bad_config_raises(kwargs, message):
@@ -65,3 +69,28 @@ def test_dqn_learns_to_beat_a_random_policy_on_a_small_grid():
     result = train(learner, steps=150_000, progress=False)
     assert result.mean_score is not None
     assert result.mean_score > random_score + 2.0, (result.mean_score, random_score)
+
+
+SMALL = dict(height=6, width=6, num_envs=16, learning_starts=64, batch_size=32, hidden=16, buffer_size=512)
+
+
+@pytest.mark.parametrize("buffer", KINDS)
+def test_every_buffer_kind_learns_and_resumes_from_its_state(buffer):
+    dqn = DQN(DQNConfig(**SMALL, buffer=buffer))
+    for _ in range(6):
+        dqn.act_and_learn(0.5)
+    assert len(dqn.buffer) == 6 * 16 and dqn.updates == 3
+    resumed = DQN(DQNConfig(**SMALL, buffer=buffer))
+    resumed.load_state_dict(dqn.state_dict())
+    assert resumed.buffer.state_dict()["rewards"].tolist() == dqn.buffer.state_dict()["rewards"].tolist()
+
+
+def test_prioritized_replay_weights_the_loss_and_updates_priorities_without_host_sync():
+    dqn = DQN(DQNConfig(**SMALL, buffer="prioritized", priority_beta=0.4))
+    for _ in range(5):
+        dqn.act_and_learn(0.5)
+    assert not torch.all(dqn.buffer.priorities[:len(dqn.buffer)] == 1.0)  # TD errors became priorities
+    report = audit_syncs(lambda: dqn.act_and_learn(0.5), "cpu", warmup=0)
+    assert report.total == 0, report
+    dqn.iterate(budget_used=0.5)
+    assert dqn.buffer.beta == pytest.approx(0.7)  # halfway from priority_beta to 1

@@ -124,3 +124,105 @@ def test_a_short_training_run_on_cuda(algorithm):
     result = train(make_learner(algorithm, **settings), steps=50_000, progress=False)
     assert result.env_steps >= 50_000 and result.episodes > 0 and result.mean_score is not None
     assert next(result.learner.model.parameters()).device.type == "cuda"
+
+
+# --- notebook 05: host-device transfers and the side-stream prefetch --------------------------
+
+def test_every_transfer_variant_runs_on_cuda():
+    from rlgpu_helpers.gpu.transfer import transfer_bandwidth
+
+    records = transfer_bandwidth(CUDA, sizes=(2**20,), progress=False)
+    assert {(r.variant, r.params["direction"]) for r in records} == {
+        ("pageable", "host to device"), ("pinned", "host to device"), ("pin_memory() then copy", "host to device"),
+        ("non_blocking", "host to device"), ("pageable", "device to host"), ("pinned", "device to host"),
+        ("non_blocking", "device to host")}
+    assert all(r.unit == "GB/s" and r.value > 0 for r in records)
+
+
+def test_pinned_copies_to_the_gpu_beat_pageable_ones_at_256_mib():
+    from rlgpu_helpers.gpu.transfer import pinned_claim, transfer_bandwidth
+
+    records = transfer_bandwidth(CUDA, sizes=(2**28,), variants=("pageable", "pinned"),
+                                 directions=("host to device",), progress=False)
+    speed = {r.variant: r.value for r in records}
+    assert speed["pinned"] > speed["pageable"], records
+    assert pinned_claim(records, nbytes=2**28).measured == pytest.approx(speed["pinned"] / speed["pageable"])
+
+
+def test_a_non_blocking_copy_to_the_host_is_right_once_synchronized():
+    from rlgpu_helpers.gpu.transfer import read_before_sync
+
+    early = read_before_sync(CUDA, elements=2**20, attempts=5)
+    assert early.elements == 2**20 and 1 <= early.attempts <= 5
+    assert early.wrong_after == 0 and early.first_after == (1, 2, 3, 4, 5)
+    assert 0 <= early.wrong_before <= early.elements
+    assert early.wrong_before > 0 or early.attempts == 5  # it stops at the first read that shows it
+
+
+def test_prefetch_on_a_side_stream_gives_the_same_batches_as_direct_copies():
+    from rlgpu_helpers.gpu.transfer import prefetch_to_device
+
+    batches = [torch.randn(512, 1024, generator=torch.Generator().manual_seed(i)).pin_memory() for i in range(6)]
+    busy = torch.randn(2048, 2048, device=CUDA)
+    scratch = torch.empty_like(busy)
+    got = []
+    for batch in prefetch_to_device(batches, CUDA):
+        torch.mm(busy, busy, out=scratch)  # default-stream work while the next copy runs
+        got.append(batch * 1)  # used on the default stream, as a learner would
+    torch.cuda.synchronize()
+    assert len(got) == len(batches)
+    for host, on_gpu in zip(batches, got):
+        assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), host)
+
+
+def test_the_prefetch_loop_never_makes_the_host_wait():
+    from rlgpu_helpers.gpu.transfer import prefetch_to_device
+
+    batches = [torch.randn(256, 256).pin_memory() for _ in range(4)]
+    weight = torch.randn(256, 256, device=CUDA)
+    out = torch.empty(256, 256, device=CUDA)
+
+    def loop():
+        for batch in prefetch_to_device(batches, CUDA):
+            torch.mm(batch, weight, out=out)
+
+    report = audit_syncs(loop, CUDA)
+    assert report.total == 0, report
+
+
+def test_the_prefetch_is_timed_and_its_copies_run_on_their_own_stream(tmp_path):
+    from rlgpu_helpers.gpu.transfer import (
+        PREFETCH,
+        SERIAL,
+        plot_timeline,
+        prefetch_time,
+        prefetch_timeline,
+    )
+
+    records = prefetch_time(CUDA, rows=1024, width=1024, batches=4)
+    assert [r.variant for r in records] == [SERIAL, PREFETCH] and all(r.value > 0 for r in records)
+    intervals = prefetch_timeline(CUDA, rows=1024, width=1024, trace_path=tmp_path / "trace.json")
+    if intervals is None:
+        pytest.skip("the profiler recorded no GPU work here (no CUPTI)")
+    assert (tmp_path / "trace.json").stat().st_size > 0
+    for loop in (SERIAL, PREFETCH):
+        assert {i.kind for i in intervals if i.loop == loop} == {"copy", "kernel"}
+    copy_streams = {i.stream for i in intervals if i.loop == PREFETCH and i.kind == "copy"}
+    kernel_streams = {i.stream for i in intervals if i.loop == PREFETCH and i.kind == "kernel"}
+    assert copy_streams.isdisjoint(kernel_streams)
+    assert len(plot_timeline(intervals).axes) == 2
+
+
+def test_the_transfers_suite_on_cuda_reads_the_link_and_shows_an_early_read():
+    import shutil
+
+    from rlgpu_helpers.bench.transfers import measure_transfers
+
+    records = measure_transfers(CUDA, progress=False)
+    names = {r.name for r in records}
+    assert {"transfer", "prefetch", "non_blocking_read"} <= names
+    after, = [r for r in records if r.name == "non_blocking_read" and r.variant == "read after synchronize"]
+    assert after.value == 0
+    if shutil.which("nvidia-smi"):
+        link, = [r for r in records if r.name == "host_link"]
+        assert link.params["pcie_gen"] >= 1 and link.params["lanes"] >= 1 and link.value > 0

@@ -90,6 +90,16 @@ def test_counts_add_up_over_a_loop_and_the_table_shows_them():
     assert str(flagged(lambda: x + 1)) == "no host-device synchronizations found (rules)"
 
 
+def test_code_run_from_a_string_is_located_by_its_line_in_the_string():
+    """Notebook 04 audits a snippet given as a string: its rows name the line within it."""
+    snippet = "y = x * 2\nif y.any():\n    total = y.sum().item()\n"
+    report = flagged(lambda: exec(snippet, {"x": x}))
+    assert {(row.operator.split(",")[0], row.where) for row in report.rows} == {
+        ("bool(tensor)", "<string>:2 (<module>)"), ("Tensor.item()", "<string>:3 (<module>)")}
+    named = flagged(lambda: exec(compile(snippet, "<snippet>", "exec"), {"x": x}))
+    assert {row.where for row in named.rows} == {"<snippet>:2 (<module>)", "<snippet>:3 (<module>)"}
+
+
 def test_the_optimizer_reading_its_host_side_step_counter_is_not_a_sync():
     """torch.optim keeps step counters on the host on every device: reading them never waits."""
     weight = torch.nn.Parameter(torch.ones(3))

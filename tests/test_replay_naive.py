@@ -1,4 +1,5 @@
-"""The naive DQN's memories: the deque and the arrays give the same batches and keep the newest."""
+"""The naive DQN's memories: the per-transition path gives the same batches from the deque and the
+arrays and keeps the newest; the batch API stores what the per-transition path stores."""
 
 import numpy as np
 import torch
@@ -8,7 +9,7 @@ from rlgpu_helpers.replay.naive import ArrayReplay, DequeReplay
 
 def fill(memory, transitions):
     for transition in transitions:
-        memory.add(*transition)
+        memory.append(*transition)
 
 
 def random_transitions(count, seed=0):
@@ -19,7 +20,7 @@ def random_transitions(count, seed=0):
 
 def test_array_batches_equal_list_batches_for_the_same_indices():
     transitions = random_transitions(100)
-    as_deque, as_arrays = DequeReplay(200), ArrayReplay(200, (11,))
+    as_deque, as_arrays = DequeReplay(200, (11,)), ArrayReplay(200, (11,))
     fill(as_deque, transitions)
     fill(as_arrays, transitions)
     assert len(as_deque) == len(as_arrays) == 100
@@ -31,7 +32,7 @@ def test_array_batches_equal_list_batches_for_the_same_indices():
 
 def test_both_memories_keep_the_newest_transitions_when_full():
     transitions = random_transitions(25)
-    as_deque, as_arrays = DequeReplay(10), ArrayReplay(10, (11,))
+    as_deque, as_arrays = DequeReplay(10, (11,)), ArrayReplay(10, (11,))
     fill(as_deque, transitions)
     fill(as_arrays, transitions)
     assert len(as_deque) == len(as_arrays) == 10
@@ -42,3 +43,17 @@ def test_both_memories_keep_the_newest_transitions_when_full():
     newest = torch.tensor(np.array([t[0] for t in transitions[-10:]]))
     assert torch.equal(torch.sort(rows[0][:, 0]).values, torch.sort(rows[1][:, 0]).values)
     assert torch.equal(torch.sort(rows[0][:, 0]).values, torch.sort(newest[:, 0]).values)
+
+
+def test_a_batch_added_at_once_is_stored_as_the_per_transition_path_stores_it():
+    transitions = random_transitions(30)
+    for memory_class in (DequeReplay, ArrayReplay):
+        one_by_one, batched = memory_class(40, (11,)), memory_class(40, (11,))
+        fill(one_by_one, transitions)
+        obs, actions, rewards, next_obs, terminated = zip(*transitions)
+        batched.add(torch.tensor(np.array(obs)), torch.tensor(actions), torch.tensor(rewards),
+                    torch.tensor(np.array(next_obs)), torch.tensor(terminated))
+        assert len(batched) == len(one_by_one) == 30
+        every = np.arange(30)
+        for a, b in zip(one_by_one.batch(every), batched.batch(every)):
+            assert torch.equal(a, b)

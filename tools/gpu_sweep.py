@@ -75,6 +75,10 @@ CALLS = (
           Step("pytest", "tests -m 'not gpu' --ignore=tests/test_notebooks.py --ignore=tests/test_widgets.py"))),
     Call("the ceilings, the env steps/s and the naive loop (on this machine's CPU)", 6.0,
          (Step("suite", "ceilings"), Step("suite", "envs"), Step("suite", "loop"))),
+    Call("notebook 04: the cost of each sync point, and the two ceilings of a step", 4.0,
+         (Step("suite", "syncs"), Step("suite", "launch"))),
+    Call("notebook 05: host-device copies, then every replay buffer", 7.0,
+         (Step("suite", "transfers"), Step("suite", "replay"))),
     Call("time to a mean score: PPO on the GPU, three seeds of 120 s", 7.0,
          (Step("suite", "training", {"setups": ("ours",), "seeds": (0, 1, 2), "budget_s": 120.0}),)),
 )

@@ -12,6 +12,9 @@ The suites, each measuring what its lesson teaches:
 
 - ``ceilings``: matmul FLOP/s and memory GB/s of a device (00);
 - ``loop``: the naive DQN's loop and its cheap tunings (01, 02);
-- ``envs``: env steps/s of every way of running Snake games (03, 04);
+- ``envs``: env steps/s of every way of running Snake games, and the cost of each sync point (03, 04);
+- ``launch``: the two ceilings of an env's step: launches x their latency, bytes / bandwidth (04);
+- ``transfers``: host-device copies, pageable or pinned, blocking or not, by size (05);
+- ``replay``: samples/s and memory of every replay buffer, and DQN steps/s with each (05);
 - ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11).
 """

@@ -15,10 +15,13 @@ from collections.abc import Callable
 import torch
 
 from .ceilings import measure_ceilings
-from .envs import measure_env_throughput
+from .envs import measure_env_throughput, measure_sync_costs
+from .launch import measure_launch
 from .loop import measure_tunings
 from .records import Record
+from .replay import measure_replay
 from .time_to_score import measure_training
+from .transfers import measure_transfers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,5 +37,9 @@ SUITES = {
     "ceilings": Suite(measure_ceilings, "00: matmul FLOP/s and memory GB/s of the device"),
     "loop": Suite(measure_tunings, "02: the naive DQN's loop and its cheap tunings", cpu_only=True),
     "envs": Suite(measure_env_throughput, "03, 04: env steps/s of every way of running Snake"),
+    "syncs": Suite(measure_sync_costs, "04: what each host-device sync point of a tensor Snake costs"),
+    "launch": Suite(measure_launch, "04: the two ceilings of a step: launches and bytes moved"),
+    "transfers": Suite(measure_transfers, "05: host-device copies, pageable or pinned, and a side-stream prefetch"),
+    "replay": Suite(measure_replay, "05: samples/s and memory of every replay buffer, DQN steps/s with each"),
     "training": Suite(measure_training, "11: time to a mean score, PPO against the baselines"),
 }

@@ -179,10 +179,13 @@ def _where() -> str | None:
             return None
         if where is None and not filename.startswith(_TORCH_DIR) and filename != _THIS_FILE:
             path = Path(filename)
-            try:
-                shown = path.resolve().relative_to(_PACKAGE_PARENT).as_posix()
-            except ValueError:
-                shown = path.name
+            if filename.startswith("<"):
+                shown = filename  # code compiled from a string (exec, compile): "<string>", not a file
+            else:
+                try:
+                    shown = path.resolve().relative_to(_PACKAGE_PARENT).as_posix()
+                except ValueError:
+                    shown = path.name
             where = f"{shown}:{frame.f_lineno} ({frame.f_code.co_name})"
         frame = frame.f_back
     return where or "?"

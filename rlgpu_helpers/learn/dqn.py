@@ -3,11 +3,19 @@
 Notebook 01's DQN steps one game, asks the network for one action, stores one transition in a
 deque and learns from a batch assembled from a list, every step. Here ``num_envs`` games step
 together; one forward pass picks all their actions (epsilon-greedy, on the device); the
-transitions go into a ``TensorReplayBuffer`` on the same device; and every ``train_every``
-vector steps the learner takes ``gradient_steps`` Double-DQN updates against a target network
-that is copied every ``target_update_every`` updates. Like ``PPO``, nothing in the loop reads a
-value back to the host, except the scores of finished games once per iteration (a test audits
-``act_and_learn`` with ``gpu.sync.audit_syncs``).
+transitions go into a replay buffer; and every ``train_every`` vector steps the learner takes
+``gradient_steps`` Double-DQN updates against a target network that is copied every
+``target_update_every`` updates. Like ``PPO``, nothing in the loop reads a value back to the
+host, except the scores of finished games once per iteration (a test audits ``act_and_learn``
+with ``gpu.sync.audit_syncs``).
+
+The ``buffer`` setting picks the replay buffer by name (``replay.base.KINDS``, notebook 05
+compares them): by default ``"tensor"``, a ``TensorReplayBuffer`` on the learner's device.
+The buffers that keep transitions in host memory (``"host"``, ``"pinned"``, ``"memmap"``,
+``"deque"``, ``"arrays"``) copy every added batch from a GPU to the host, which waits for the
+GPU. ``"prioritized"`` is prioritized experience replay: each update's loss is weighted by the
+importance weights, the new priorities are ``|TD error| + PRIORITY_EPS``, and ``beta`` rises
+linearly from ``priority_beta`` to 1 over the training budget.
 """
 
 from __future__ import annotations
@@ -18,12 +26,16 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..core.checks import check_int, check_number, check_seed
+from ..core.checks import check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
-from ..replay.tensor import TensorReplayBuffer
+from ..replay.base import KINDS, make_buffer
+from ..replay.prioritized import PrioritizedReplayBuffer
 from ..snake import rules
 from ..snake.vec import VecSnake
 from .nets import QNetwork
+
+PRIORITY_EPS = 1e-6
+"""Added to ``|TD error|`` for a new priority, so that no transition's priority is zero."""
 
 
 @dataclasses.dataclass
@@ -37,8 +49,14 @@ class DQNConfig:
     """Games stepped together; each vector step adds this many transitions."""
     steps_per_iteration: int = 32
     """Vector steps per ``iterate`` call (between two reads of the finished games' scores)."""
+    buffer: str = "tensor"
+    """The replay buffer, by name: one of ``replay.base.KINDS``."""
     buffer_size: int = 100_000
     """Transitions kept; the oldest are overwritten."""
+    priority_alpha: float = 0.6
+    """``buffer="prioritized"`` only: how strongly priorities skew sampling (0: uniform)."""
+    priority_beta: float = 0.4
+    """``buffer="prioritized"`` only: the importance-weight exponent at the start (it rises to 1)."""
     batch_size: int = 256
     learning_rate: float = 5e-4
     gamma: float = 0.99
@@ -62,6 +80,9 @@ class DQNConfig:
     def __post_init__(self):
         rules.check_obs_type(self.obs_type)
         rules.check_grid_size(self.height, self.width)
+        check_choice("buffer", self.buffer, tuple(KINDS))
+        check_number("priority_alpha", self.priority_alpha, at_least=0)
+        check_number("priority_beta", self.priority_beta, at_least=0, at_most=1)
         for name in ("num_envs", "steps_per_iteration", "buffer_size", "batch_size",
                      "train_every", "gradient_steps", "target_update_every", "hidden"):
             check_int(name, getattr(self, name), 1)
@@ -96,7 +117,9 @@ class DQN:
         self.model = QNetwork(obs_shape, hidden=c.hidden).to(self.device)
         self.target = copy.deepcopy(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate)
-        self.buffer = TensorReplayBuffer(c.buffer_size, obs_shape, self.device)
+        options = {"alpha": c.priority_alpha, "beta": c.priority_beta} if c.buffer == "prioritized" else {}
+        self.buffer = make_buffer(c.buffer, c.buffer_size, obs_shape, self.device, **options)
+        self.prioritized = isinstance(self.buffer, PrioritizedReplayBuffer)
         self.obs, _ = self.env.reset(seed=c.seed)
         self.env_steps = 0
         self.vector_steps = 0
@@ -116,8 +139,11 @@ class DQN:
 
     def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
         """``steps_per_iteration`` vector steps with learning; returns finished games' scores (CPU)."""
+        c = self.config
         epsilon = self.epsilon(budget_used)
-        steps = [self.act_and_learn(epsilon) for _ in range(self.config.steps_per_iteration)]
+        if self.prioritized:
+            self.buffer.beta = c.priority_beta + (1.0 - c.priority_beta) * min(budget_used, 1.0)
+        steps = [self.act_and_learn(epsilon) for _ in range(c.steps_per_iteration)]
         scores = torch.stack([score for score, _ in steps]).cpu()
         finished = torch.stack([done for _, done in steps]).cpu()
         return scores[finished]  # the one host read per iteration
@@ -151,7 +177,12 @@ class DQN:
             next_q = self.target(batch["next_obs"]).gather(1, next_action).squeeze(1)
             target = batch["rewards"] + c.gamma * (1.0 - batch["terminated"]) * next_q
         q = self.model(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)
-        loss = nn.functional.smooth_l1_loss(q, target)
+        if self.prioritized:
+            losses = nn.functional.smooth_l1_loss(q, target, reduction="none")
+            loss = (batch["weights"] * losses).mean()
+            self.buffer.update_priorities(batch["indices"], (q.detach() - target).abs() + PRIORITY_EPS)
+        else:
+            loss = nn.functional.smooth_l1_loss(q, target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)

@@ -161,7 +161,7 @@ class NaiveDQN:
         self.q_network = QNetwork(obs_shape, hidden=s.hidden)
         self.target_network = copy.deepcopy(self.q_network)
         self.optimizer = torch.optim.Adam(self.q_network.parameters(), lr=s.learning_rate)
-        self.memory = ArrayReplay(s.buffer_size, obs_shape) if s.array_batches else DequeReplay(s.buffer_size)
+        self.memory = ArrayReplay(s.buffer_size, obs_shape) if s.array_batches else DequeReplay(s.buffer_size, obs_shape)
         self.obs, _ = self.env.reset(seed=s.seed)
         self.total_steps = 0
         self.total_updates = 0
@@ -233,7 +233,7 @@ class NaiveDQN:
                 t1 = time.perf_counter()
                 next_obs, reward, terminated, truncated, info = self.env.step(action)
                 t2 = time.perf_counter()
-                self.memory.add(self.obs, action, reward, next_obs, terminated)
+                self.memory.append(self.obs, action, reward, next_obs, terminated)
                 t3 = time.perf_counter()
                 act_time += t1 - t0
                 env_time += t2 - t1

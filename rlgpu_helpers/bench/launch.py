@@ -1,0 +1,509 @@
+"""The two ceilings of a vectorized env's step: launching operations, and moving bytes (notebook 04).
+
+A step of ``VecSnake`` is a fixed list of tensor operations over N games. Its time has two
+floors, and the larger one is the ceiling on its throughput:
+
+* **the launch floor**, ``launches per step x the time of one tiny operation``: every operation
+  pays a fixed cost however small its tensors (Python, PyTorch's dispatcher, and on a GPU the
+  kernel launch), so no step can be faster than its operations' fixed costs added up. It does
+  not depend on N.
+* **the memory floor**, ``bytes per game x N / memory bandwidth``: every operation reads its
+  inputs and writes its outputs, and once N is large they no longer fit in a cache, so no step
+  can be faster than moving those bytes at the device's copy bandwidth (notebook 00). It grows
+  in proportion to N.
+
+Where the launch floor is the larger one the step is *launch-bound*: more games cost almost
+nothing (the flat part of the time-per-step curve). Where the memory floor is larger it is
+*bandwidth-bound*: twice the games take twice the time. The two cross at
+:attr:`Ceilings.crossover`.
+
+What is measured, and how:
+
+* :func:`op_latency`: the time of ``a + b`` on one-element tensors, the smallest operation there
+  is (the fastest of several timed runs, as for a ceiling), and of ``(a + b).item()``, which
+  also waits for the result on the host: a host-device synchronization's round trip.
+* :func:`count_launches`: operations launched per call. On a CUDA device, from
+  ``torch.profiler``: the GPU work items it traces (kernels, and the copies and fills the
+  runtime launches). On a CPU, from the dispatcher: the aten operators a call runs, without
+  views, allocations and other operators that compute nothing.
+* :func:`traffic_bytes`: the bytes every operation of a call reads and writes, seen through a
+  ``TorchDispatchMode``: the inputs and the outputs of each operator, once each. It is an
+  estimate, and says so: it assumes nothing stays in a cache from one operation to the next
+  (true once N is large), charges an operation that reads or writes only some elements
+  (``index_select``, ``gather``, ``scatter_``, ``index_add_``) for those elements only, and leaves
+  out views and allocations (no bytes move). A fused kernel (``torch.compile``, notebook 09)
+  moves fewer bytes than this.
+* :func:`profile_vec_snake` applies both counts to ``VecSnake`` steps; the bytes are measured at
+  two N, and their difference divided by the difference in N gives the bytes per game.
+
+The profiler of some torch builds prints lines of its own on the process's standard error
+(Kineto's ``USDT: ... profiler_start``), which a notebook shows as an error stream;
+:func:`quiet_profiler` keeps them out and lets any other message through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from tqdm.auto import tqdm
+
+from ..core.checks import check_choices, check_int, check_ints, check_number
+from ..core.config import pick
+from ..core.device import device_report, get_device, machine_label, synchronize
+from ..snake.rules import NUM_ACTIONS, OBS_TYPES
+from ..snake.vec import VecSnake
+from .records import Record, check_records
+from .report import Table, format_number
+from .timing import time_callable
+
+LATENCY_NAME = "op_latency"
+TINY_OP = "a + b (one element each)"
+ROUND_TRIP = "(a + b).item() (read on the host)"
+PROFILE_NAME = "env_step_profile"
+LAUNCHES = "launches per step"
+BYTES = "bytes per game"
+CEILING_NAME = "env_step_ceilings"
+
+# Kineto's own progress lines ("USDT:2026-01-31 12:00:00 123:123 File.cpp:52] profiler_start").
+_KINETO_CHATTER = re.compile(r"^(USDT|STAGE|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\]")
+
+
+@contextlib.contextmanager
+def quiet_profiler():
+    """Keep the profiler's own progress lines off standard error; pass every other line on.
+
+    Kineto writes them from C++ straight to file descriptor 2, below Python's ``sys.stderr``,
+    so the descriptor itself is pointed at a temporary file for the duration and read back.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read().decode(errors="replace")
+    kept = [line for line in text.splitlines() if line.strip() and not _KINETO_CHATTER.match(line)]
+    if kept:
+        print("\n".join(kept), file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------- the time of one operation
+
+def _label(device: torch.device) -> str:
+    return machine_label(device_report(device))
+
+
+def op_latency(device: str | torch.device | None = None, *, machine: str | None = None) -> list[Record]:
+    """The time of the smallest operation on ``device``, and of the same with a host read.
+
+    Two records named ``"op_latency"``, metric ``"time per call"`` in µs, params ``{"device"}``:
+    ``a + b`` on one-element tensors (:data:`TINY_OP`), and ``(a + b).item()``
+    (:data:`ROUND_TRIP`), which waits for the result: on a GPU a synchronization's round trip.
+    Each is the fastest of several runs of many calls (other programs only slow a run down),
+    with the interquartile range of the runs as its spread.
+    """
+    device = get_device(device)
+    label = machine if machine is not None else _label(device)
+    a = torch.ones(1, device=device)
+    b = torch.ones(1, device=device)
+    records = []
+    for variant, fn in ((TINY_OP, lambda: a + b), (ROUND_TRIP, lambda: (a + b).item())):
+        probe = time_callable(fn, warmup=3, repeats=3, device=device).median
+        number = max(1, math.ceil(pick(full=0.1, quick=0.005) / max(probe, 1e-9)))
+        timing = time_callable(fn, warmup=min(number, 100), repeats=pick(full=7, quick=3), number=number,
+                               device=device)
+        records.append(Record(LATENCY_NAME, variant, "time per call", timing.min * 1e6, "µs",
+                              {"device": device.type}, timing.iqr * 1e6, label))
+    return records
+
+
+# ---------------------------------------------------------------------------- launches per call
+
+_NO_KERNEL = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::scalar_tensor",
+              "aten::lift_fresh", "aten::resize_", "aten::set_", "aten::detach", "aten::resolve_conj",
+              "aten::resolve_neg"}
+_view_ops: dict[str, bool] = {}
+
+
+def _is_view_op(name: str) -> bool:
+    """Whether the aten operator ``name`` returns an alias of its input (a view: no kernel runs)."""
+    if name not in _view_ops:
+        packet = getattr(torch.ops.aten, name.removeprefix("aten::"), None)
+        view = False
+        if packet is not None:
+            for overload in packet.overloads():
+                op = getattr(packet, overload)
+                returns = op._schema.returns
+                if returns and returns[0].alias_info is not None and not returns[0].alias_info.is_write:
+                    view = True
+                    break
+        _view_ops[name] = view
+    return _view_ops[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchCount:
+    """Operations launched per call of a function, and what was counted."""
+
+    per_call: float
+    counted: str
+
+
+CPU_COUNTED = "aten operators that run a kernel (dispatcher, CPU)"
+CUDA_COUNTED = "GPU work items: kernels, copies, fills (profiler, CUDA)"
+CUDA_RUNTIME_COUNTED = "kernel launch calls (profiler, CUDA runtime)"
+
+
+def count_launches(fn: Callable[[], object], device: str | torch.device | None = None, *,
+                   calls: int = 5, warmup: int = 2) -> LaunchCount:
+    """Operations launched per call of ``fn()`` on ``device``, from ``torch.profiler``.
+
+    On CUDA: the GPU work items the profiler traced (kernels, and the copies and fills the
+    runtime launches), else the kernel launch calls of the CUDA runtime, else (no CUDA trace
+    here) the CPU count. On a CPU: the aten operators each call dispatches, as the dispatcher
+    sees them (views, allocations and no-ops left out; an operator's own inner calls are part
+    of its kernel). ``warmup`` calls first, then ``calls`` counted.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    if not callable(fn):
+        raise TypeError(f"fn={fn!r} is not callable")
+    device = get_device(device)
+    calls, warmup = check_int("calls", calls), check_int("warmup", warmup, 0)
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    if device.type != "cuda":
+        with _Traffic() as dispatched:
+            for _ in range(calls):
+                fn()
+        return LaunchCount(dispatched.operators / calls, CPU_COUNTED)
+    with quiet_profiler():
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            synchronize(device)
+        events = list(prof.events())
+    on_gpu = [e for e in events if e.device_type == DeviceType.CUDA]
+    if on_gpu:
+        return LaunchCount(len(on_gpu) / calls, CUDA_COUNTED)
+    launches = [e for e in events if e.name.split("_v")[0] in
+                ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")]
+    return LaunchCount(len(launches) / calls, CUDA_RUNTIME_COUNTED)
+
+
+# ---------------------------------------------------------------------------- bytes per call
+
+_GATHERS = {"aten::index_select", "aten::gather", "aten::index", "aten::embedding", "aten::take"}
+_SCATTERS = {"aten::scatter_", "aten::scatter", "aten::scatter_add_", "aten::scatter_add", "aten::index_add_",
+             "aten::index_add", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_",
+             "aten::index_copy_", "aten::index_fill_", "aten::put_"}
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+class _Traffic(TorchDispatchMode):
+    """Counts the aten operators that run a kernel, and adds up the bytes they read and write."""
+
+    def __init__(self):
+        super().__init__()
+        self.bytes = 0
+        self.operators = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func._schema.name
+        if name in _NO_KERNEL or _is_view_op(name):
+            return out
+        self.operators += 1
+        written = _tensors(out)
+        read = _tensors((args, {k: v for k, v in kwargs.items() if k != "out"}))
+        if name in _GATHERS and read:
+            # Only the selected elements of the source are read: as many as the output holds.
+            source = read[0]
+            selected = sum(t.numel() for t in written) * source.element_size()
+            self.bytes += sum(map(_nbytes, read[1:])) + selected + sum(map(_nbytes, written))
+        elif name in _SCATTERS and read:
+            # Only the indexed elements of the target are written: as many as the index or
+            # the values hold (the largest of the other tensor arguments).
+            target, others = read[0], read[1:]
+            touched = max((t.numel() for t in others), default=0)
+            self.bytes += sum(map(_nbytes, others)) + touched * target.element_size()
+        elif name == "aten::copy_" and read:
+            self.bytes += sum(map(_nbytes, read[1:])) + _nbytes(read[0])  # the target is written, not read
+        else:
+            self.bytes += sum(map(_nbytes, read)) + sum(map(_nbytes, written))
+        return out
+
+
+def traffic_bytes(fn: Callable[[], object], *, calls: int = 1) -> float:
+    """Bytes the operators of one call of ``fn()`` read and write, on average over ``calls`` calls.
+
+    An estimate (see the module docstring): each aten operator reads each of its inputs and
+    writes each of its outputs once; gathers and scatters are charged for the elements they
+    select; views and allocations for nothing.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn={fn!r} is not callable")
+    calls = check_int("calls", calls)
+    with _Traffic() as traffic:
+        for _ in range(calls):
+            fn()
+    return traffic.bytes / calls
+
+
+# ---------------------------------------------------------------------------- VecSnake's step
+
+@dataclasses.dataclass(frozen=True)
+class StepProfile:
+    """What one step of ``variant`` asks of a device: launches, and bytes per game.
+
+    ``bytes_per_game`` is the difference in :func:`traffic_bytes` between the two N of
+    ``profiled_at`` over the difference in N; ``fixed_bytes`` what is left at N = 0 (lookup
+    tables and counters, the same whatever N).
+    """
+
+    variant: str
+    device: str
+    launches_per_step: float
+    counted: str
+    bytes_per_game: float
+    fixed_bytes: float
+    profiled_at: tuple[int, int]
+
+
+def _vec_step(obs_type: str, num_envs: int, device: torch.device):
+    env = VecSnake(num_envs, obs_type=obs_type, device=device, seed=0, check_action_values=False)
+    generator = torch.Generator().manual_seed(0)
+    actions = [torch.randint(0, NUM_ACTIONS, (num_envs,), generator=generator).to(device) for _ in range(8)]
+    state = {"i": 0}
+
+    def step():
+        state["i"] += 1
+        env.step(actions[state["i"] % len(actions)])
+
+    return step
+
+
+def profile_vec_snake(device: str | torch.device | None = None, *, obs_types=OBS_TYPES,
+                      num_envs=(1024, 4096), steps: int = 5) -> list[StepProfile]:
+    """Launches per step (:func:`count_launches`) and bytes per game (:func:`traffic_bytes`) of
+    ``VecSnake`` on ``device``, for each observation type; averaged over ``steps`` steps."""
+    device = get_device(device)
+    obs_types = check_choices("obs_types", obs_types, OBS_TYPES)
+    sizes = check_ints("num_envs", num_envs)
+    if len(sizes) != 2 or sizes[0] >= sizes[1]:
+        raise ValueError(f"num_envs={num_envs!r} must be two N, the smaller first")
+    steps = check_int("steps", steps)
+    profiles = []
+    for obs_type in obs_types:
+        small, large = (_vec_step(obs_type, n, device) for n in sizes)
+        for step in (small, large):
+            for _ in range(2):
+                step()
+        launches = count_launches(small, device, calls=steps)
+        bytes_small = traffic_bytes(small, calls=steps)
+        bytes_large = traffic_bytes(large, calls=steps)
+        per_game = (bytes_large - bytes_small) / (sizes[1] - sizes[0])
+        fixed = bytes_small - per_game * sizes[0]
+        profiles.append(StepProfile(f"VecSnake {obs_type}", device.type, launches.per_call, launches.counted,
+                                    per_game, fixed, sizes))
+    return profiles
+
+
+def profile_records(profiles: Sequence[StepProfile], machine: str) -> list[Record]:
+    """:func:`profile_vec_snake`'s results as records (``"env_step_profile"``), for reference files."""
+    records = []
+    for p in profiles:
+        params = {"obs_type": p.variant.removeprefix("VecSnake "), "device": p.device}
+        records.append(Record(PROFILE_NAME, p.variant, LAUNCHES, p.launches_per_step, "launches",
+                              {**params, "counted": p.counted}, None, machine))
+        records.append(Record(PROFILE_NAME, p.variant, BYTES, p.bytes_per_game, "B",
+                              {**params, "fixed_bytes": round(p.fixed_bytes)}, None, machine))
+    return records
+
+
+def profiles_from_records(records: Sequence[Record]) -> dict[tuple[str, str], StepProfile]:
+    """The step profiles stored as records, per ``(machine, variant)`` (both metrics needed)."""
+    found: dict[tuple[str, str, str], dict[str, Record]] = {}
+    for r in check_records(records):
+        if r.name == PROFILE_NAME:
+            found.setdefault((r.machine, r.variant, r.params.get("device", "?")), {})[r.metric] = r
+    profiles = {}
+    for (machine, variant, device), metrics in found.items():
+        if LAUNCHES in metrics and BYTES in metrics:
+            launches, size = metrics[LAUNCHES], metrics[BYTES]
+            profiles[(machine, variant)] = StepProfile(
+                variant, device, launches.value, str(launches.params.get("counted", "?")), size.value,
+                float(size.params.get("fixed_bytes", 0)), (0, 0))
+    return profiles
+
+
+# ---------------------------------------------------------------------------- the two ceilings
+
+@dataclasses.dataclass(frozen=True)
+class Ceilings:
+    """The two floors of one env's step time on one machine, from its profile and two measurements.
+
+    ``latency_us``: the time of one tiny operation (:data:`TINY_OP`); ``bandwidth_gbs``: the
+    device's copy bandwidth (the largest buffer of ``bench.ceilings.memory_bandwidth``).
+    """
+
+    profile: StepProfile
+    machine: str
+    latency_us: float
+    bandwidth_gbs: float
+
+    @property
+    def launch_floor_us(self) -> float:
+        """Launches per step times the time of one: the least a step can take at any N."""
+        return self.profile.launches_per_step * self.latency_us
+
+    def memory_floor_us(self, num_envs: int) -> float:
+        """Moving N games' bytes at the copy bandwidth: the least a step of N games can take."""
+        return self.profile.bytes_per_game * num_envs / (self.bandwidth_gbs * 1e9) * 1e6
+
+    def bound(self, num_envs: int) -> str:
+        """``"launch-bound"`` where the launch floor is the larger, else ``"bandwidth-bound"``."""
+        return "launch-bound" if self.launch_floor_us >= self.memory_floor_us(num_envs) else "bandwidth-bound"
+
+    @property
+    def crossover(self) -> float:
+        """The N at which the two floors are equal."""
+        return self.launch_floor_us / self.memory_floor_us(1)
+
+
+def make_ceilings(profile: StepProfile, *, latency_us: float, bandwidth_gbs: float, machine: str) -> Ceilings:
+    """:class:`Ceilings` from a profile and the two measurements (checked to be positive)."""
+    if not isinstance(profile, StepProfile):
+        raise TypeError(f"profile={profile!r} must be a StepProfile (from profile_vec_snake)")
+    return Ceilings(profile, machine, check_number("latency_us", latency_us, above=0),
+                    check_number("bandwidth_gbs", bandwidth_gbs, above=0))
+
+
+def latency_from_records(records: Sequence[Record], machine: str, device: str) -> float | None:
+    """The tiny operation's time (µs) of ``machine`` on ``device`` among ``records``, or None."""
+    for r in check_records(records):
+        if (r.name, r.variant, r.machine, r.params.get("device")) == (LATENCY_NAME, TINY_OP, machine, device):
+            return r.value
+    return None
+
+
+def bandwidth_from_records(records: Sequence[Record], machine: str) -> float | None:
+    """The copy bandwidth (GB/s) of the largest ``"device copy"`` of ``machine``, or None."""
+    copies = [r for r in check_records(records)
+              if r.name == "copy" and r.variant == "device copy" and r.machine == machine and "MiB" in r.params]
+    return max(copies, key=lambda r: r.params["MiB"]).value if copies else None
+
+
+def reference_ceilings(records: Sequence[Record], variant: str = "VecSnake features") -> list[Ceilings]:
+    """:class:`Ceilings` of ``variant`` for every machine whose records hold all three parts: a
+    step profile, the tiny operation's time on the profile's device, and a copy bandwidth."""
+    records = check_records(records)
+    out = []
+    for (machine, name), profile in profiles_from_records(records).items():
+        if name != variant:
+            continue
+        latency = latency_from_records(records, machine, profile.device)
+        bandwidth = bandwidth_from_records(records, machine)
+        if latency and bandwidth:
+            out.append(Ceilings(profile, machine, latency, bandwidth))
+    return out
+
+
+def _matching(throughput: Sequence[Record], ceilings: Ceilings) -> list[Record]:
+    return sorted((r for r in check_records(throughput)
+                   if r.name == "env_step" and r.variant == ceilings.profile.variant
+                   and r.machine == ceilings.machine and r.params.get("device") == ceilings.profile.device),
+                  key=lambda r: r.params["num_envs"])
+
+
+def ceiling_records(throughput: Sequence[Record], ceilings: Ceilings) -> list[Record]:
+    """The measured time per step of ``ceilings``' env at each N beside its memory floor, as records.
+
+    ``throughput``: ``env_step`` records (other machines, variants and devices are ignored).
+    Returns records named ``"env_step_ceilings"``, metric ``"time per step"`` in µs: variant
+    "measured: <env>" (with the measurement's spread) and "memory floor: <bytes> B/game at
+    <GB/s> GB/s", one per N. The launch floor does not depend on N: draw it as a line
+    (:attr:`Ceilings.launch_floor_us`).
+    """
+    if not isinstance(ceilings, Ceilings):
+        raise TypeError(f"ceilings={ceilings!r} must be Ceilings (from make_ceilings)")
+    c = ceilings
+    memory = (f"memory floor: {format_number(c.profile.bytes_per_game)} B/game at "
+              f"{format_number(c.bandwidth_gbs)} GB/s")
+    records = []
+    for r in _matching(throughput, c):
+        n = r.params["num_envs"]
+        time_us = n / r.value * 1e6
+        spread = None if r.spread is None else time_us * r.spread / r.value
+        params = {"num_envs": n, "device": c.profile.device}
+        records.append(Record(CEILING_NAME, f"measured: {c.profile.variant}", "time per step", time_us, "µs",
+                              params, spread, c.machine, r.date))
+        records.append(Record(CEILING_NAME, memory, "time per step", c.memory_floor_us(n), "µs", params, None,
+                              c.machine, r.date))
+    return records
+
+
+def launch_floor_label(ceilings: Ceilings) -> str:
+    """The launch floor's legend: "launch floor: 138 launches × 1.02 µs"."""
+    return (f"launch floor: {format_number(ceilings.profile.launches_per_step)} launches × "
+            f"{format_number(ceilings.latency_us)} µs ({ceilings.machine})")
+
+
+def ceilings_table(throughput: Sequence[Record], ceilings: Ceilings) -> Table:
+    """Per N: the measured time of a step beside both floors, which floor is larger, and how far
+    the measurement is above it."""
+    if not isinstance(ceilings, Ceilings):
+        raise TypeError(f"ceilings={ceilings!r} must be Ceilings (from make_ceilings)")
+    c = ceilings
+    rows = []
+    for r in _matching(throughput, c):
+        n = r.params["num_envs"]
+        measured = n / r.value * 1e6
+        memory = c.memory_floor_us(n)
+        floor = max(c.launch_floor_us, memory)
+        rows.append([f"{n:,}", format_number(measured), format_number(c.launch_floor_us), format_number(memory),
+                     c.bound(n), f"{measured / floor:.2g}"])
+    columns = ["games (N)", "measured (µs per step)", "launch floor (µs)", "memory floor (µs)",
+               "larger floor", "measured / larger floor"]
+    return Table(columns, rows, [True, True, True, True, False, True])
+
+
+# ---------------------------------------------------------------------------- for the GPU sweep
+
+def measure_launch(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
+    """Notebook 04's two ceilings on ``device``, as records for ``data/reference/``:
+    :func:`op_latency` and :func:`profile_vec_snake` (both observation types). The copy
+    bandwidth comes from the ``ceilings`` suite, the steps/s from the ``envs`` suite."""
+    device = get_device(device)
+    label = _label(device)
+    parts = [lambda: op_latency(device, machine=label),
+             lambda: profile_records(profile_vec_snake(device), label)]
+    records = []
+    for part in tqdm(parts, desc="launch and traffic", disable=not progress):
+        records += part()
+    return records

@@ -1,0 +1,540 @@
+"""Moving data between the host and a GPU, and hiding the move behind compute.
+
+Introduced in notebook 05.
+
+Every batch a GPU learns from crosses the host link (PCIe) first. How fast it crosses depends on
+where it starts:
+
+* **pageable** memory (any ordinary tensor) may be paged out by the operating system, so the
+  driver first copies it into a pinned staging buffer of its own, then sends that;
+* **pinned** (page-locked) memory (``torch.empty(..., pin_memory=True)``) can be read by the
+  GPU's copy engine directly: no staging copy, and the copy can run while the host and the GPU
+  do other work;
+* ``t.pin_memory()`` pins a copy of a pageable tensor. That copy costs about as much as the
+  driver's staging, so pinning a tensor right before sending it buys little: pinning pays for
+  buffers allocated pinned once and reused (a replay buffer, say);
+* ``non_blocking=True`` lets the host go on without waiting for the copy (from pinned memory).
+  The values are not there until the device has caught up, so a copy *to the host* read before
+  ``torch.cuda.synchronize()`` can hold old values: :func:`read_before_sync` shows it.
+
+:func:`transfer_bandwidth` measures GB/s against size (1 KiB to 1 GiB) for each way, in both
+directions, and :func:`pinned_claim` judges the guide's "2-3x faster" at :data:`CLAIM_BYTES`;
+:func:`nominal_link` reads the link the GPU is plugged into (PCIe generation and lanes), to set
+the measurement beside what the link promises.
+
+A copy still takes time, but it need not be *waited* for: :func:`prefetch_to_device` copies the
+next batch on a side CUDA stream while the default stream computes on this one.
+:func:`prefetch_time` measures time per batch with and without it, and :func:`prefetch_timeline`
+records both loops with the profiler (:func:`plot_timeline` draws the copies and kernels per
+stream; a chrome trace file opens in ui.perfetto.dev).
+
+Without CUDA there is no pinned memory, no copy engine and no stream: each function then does
+what can be measured honestly (copies between two host buffers, the compute loop alone) or
+returns None, and prints what it skipped and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..bench.claims import CLAIMS, Verdict, judge, speedup_spread
+from ..bench.records import Record, check_records
+from ..bench.timing import time_callable
+from ..core.checks import check_choices, check_int, check_ints
+from ..core.config import pick
+from ..core.device import _command_output, device_report, get_device, machine_label
+
+NAME = "transfer"
+H2D, D2H, H2H = "host to device", "device to host", "host to host"
+DIRECTIONS = (H2D, D2H)
+PAGEABLE, PINNED, PIN_THEN_COPY, NON_BLOCKING = "pageable", "pinned", "pin_memory() then copy", "non_blocking"
+VARIANTS = (PAGEABLE, PINNED, PIN_THEN_COPY, NON_BLOCKING)
+MIN_BYTES, MAX_BYTES = 2**10, 2**30
+CLAIM_BYTES = 64 * 2**20
+"""Size at which :func:`pinned_claim` judges the guide: 64 MiB, large enough that the fixed cost
+of a copy is negligible (the link's speed shows), and a replay batch of images can be that big."""
+
+_MIB = 2**20
+
+
+# ---------------------------------------------------------------------------- GB/s against size
+
+def default_sizes() -> tuple[int, ...]:
+    """Bytes per copy: 1 KiB to 1 GiB in powers of 4; 1 KiB, 64 KiB and 1 MiB in quick mode."""
+    return pick(full=tuple(MIN_BYTES * 4**k for k in range(11)), quick=(2**10, 2**16, 2**20))
+
+
+def _check_sizes(sizes) -> tuple[int, ...]:
+    sizes = check_ints("sizes", sizes)
+    for index, size in enumerate(sizes):
+        if not MIN_BYTES <= size <= MAX_BYTES:
+            raise ValueError(f"sizes={sizes!r}: sizes[{index}]={size} must be an int in "
+                             f"[{MIN_BYTES}, {MAX_BYTES}] (1 KiB to 1 GiB)")
+    return sizes
+
+
+def _copy(variant: str, direction: str, pageable, pinned, on_device):
+    """One copy of ``variant`` in ``direction``, as a function; the buffers are the same size."""
+    if direction == H2H:
+        return lambda: on_device.copy_(pageable)  # on a CPU "on_device" is a second host buffer
+    if direction == H2D:
+        if variant == PAGEABLE:
+            return lambda: on_device.copy_(pageable)
+        if variant == PINNED:
+            return lambda: on_device.copy_(pinned)  # blocking: the host waits for each copy
+        if variant == PIN_THEN_COPY:
+            return lambda: on_device.copy_(pageable.pin_memory(), non_blocking=True)
+        return lambda: on_device.copy_(pinned, non_blocking=True)
+    if variant == PAGEABLE:
+        return lambda: pageable.copy_(on_device)
+    if variant == PINNED:
+        return lambda: pinned.copy_(on_device)
+    return lambda: pinned.copy_(on_device, non_blocking=True)
+
+
+def transfer_bandwidth(device: str | torch.device | None = None, *, sizes=None, variants=VARIANTS,
+                       directions=DIRECTIONS, progress: bool = True) -> list[Record]:
+    """GB/s of copying ``sizes`` bytes between host and ``device``, for each variant and direction.
+
+    Variants (:data:`VARIANTS`), all copying into a buffer allocated beforehand:
+
+    * ``"pageable"``: from (or to) an ordinary host tensor;
+    * ``"pinned"``: from (to) a pinned host tensor; the host waits for each copy;
+    * ``"pin_memory() then copy"``: ``pageable.pin_memory()`` then a ``non_blocking`` copy, the
+      pinning counted in the time. Host to device only: a copy back has nothing to pin first;
+    * ``"non_blocking"``: from (to) pinned memory with ``non_blocking=True``: the host queues
+      the copies without waiting and synchronizes once at the end of each timed run.
+
+    GB/s is bytes / seconds (10⁹ bytes), the median of the timed runs, with their IQR as the
+    spread. Each run repeats the copy long enough to be timed well (about 0.05 s at full size).
+    ``sizes`` (bytes, each from 1 KiB to 1 GiB) defaults to :func:`default_sizes`.
+
+    Records: name ``"transfer"``, metric ``"bandwidth"``, unit ``"GB/s"``, params
+    ``{"bytes", "direction"}``. Pinned memory needs CUDA: on any other device only pageable
+    copies are measured (on a CPU, between two host buffers: direction ``"host to host"``, a
+    baseline of the host's own memory, not a transfer) and what was skipped is printed.
+    """
+    device = get_device(device, param="device")
+    sizes = _check_sizes(default_sizes() if sizes is None else sizes)
+    variants = check_choices("variants", variants, VARIANTS)
+    directions = check_choices("directions", directions, DIRECTIONS)
+    cuda = device.type == "cuda"
+    if not cuda:
+        skipped = [variant for variant in variants if variant != PAGEABLE]
+        if skipped:
+            print(f"no CUDA: pinned memory needs a CUDA GPU, so {', '.join(map(repr, skipped))} "
+                  f"{'was' if len(skipped) == 1 else 'were'} skipped on {device.type}.")
+        variants = (PAGEABLE,) if PAGEABLE in variants else ()
+        if device.type == "cpu" and variants:
+            print("On a CPU there is no link to cross: measured copies between two host buffers of pageable "
+                  "memory instead (direction 'host to host'), a baseline of the host's memory.")
+            directions = (H2H,)
+    jobs = [(size, variant, direction) for size in sizes for direction in directions for variant in variants
+            if not (variant == PIN_THEN_COPY and direction == D2H)]
+    machine = machine_label(device_report(device))
+    records, buffers = [], None
+    for size, variant, direction in tqdm(jobs, desc="transfers", disable=not progress):
+        if buffers is None or buffers[0].numel() != size:
+            buffers = None  # free the last size's buffers before allocating the next ones
+            buffers = (torch.ones(size, dtype=torch.uint8),
+                       torch.ones(size, dtype=torch.uint8, pin_memory=True) if cuda else None,
+                       torch.zeros(size, dtype=torch.uint8, device=device))
+        copy = _copy(variant, direction, *buffers)
+        probe = time_callable(copy, warmup=1, repeats=1, device=device).median
+        number = max(1, math.ceil(pick(full=0.05, quick=0.002) / max(probe, 1e-9)))
+        timing = time_callable(copy, warmup=0, repeats=pick(full=5, quick=3), number=number, device=device)
+        value, spread = timing.rate(size / 1e9)
+        records.append(Record(NAME, variant, "bandwidth", value, "GB/s", {"bytes": size, "direction": direction},
+                              spread, machine))
+    return records
+
+
+def pinned_claim(records: Sequence[Record], nbytes: int = CLAIM_BYTES) -> Verdict | None:
+    """The guide's "pinned memory: 2-3x faster transfer to GPU", judged on one machine's records.
+
+    The speedup is the ``"pinned"`` over the ``"pageable"`` host-to-device GB/s at ``nbytes``
+    (both blocking copies, so only the memory differs), its spread from both records' relative
+    spreads. Returns the :class:`~rlgpu_helpers.bench.claims.Verdict`, or None (and prints why)
+    when the records hold no such pair: a CPU measures no host-to-device copy at all.
+    """
+    records = check_records(records)
+    nbytes = check_int("nbytes", nbytes)
+    machines = sorted({record.machine for record in records})
+    if len(machines) > 1:
+        raise ValueError(f"records come from machines {machines}: pass one machine's records")
+    found = {record.variant: record for record in records
+             if record.name == NAME and record.params == {"bytes": nbytes, "direction": H2D}}
+    if PINNED not in found or PAGEABLE not in found:
+        print(f"pinned-transfer: not measured: needs a GPU (no pinned and pageable host-to-device copy "
+              f"of {nbytes / _MIB:g} MiB in these records)")
+        return None
+    pinned, pageable = found[PINNED], found[PAGEABLE]
+    ratio = pinned.value / pageable.value
+    spread = speedup_spread(ratio, *((r.spread or 0.0) / r.value for r in (pinned, pageable)))
+    return judge(CLAIMS["pinned-transfer"], ratio, spread)
+
+
+# ---------------------------------------------------------------------------- reading too early
+
+_BUSY_SIZE, _BUSY_MATMULS = 4096, 4
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyRead:
+    """A ``non_blocking`` copy to the host, read right away and again after synchronizing.
+
+    The copy carried ``elements`` int32 values 1, 2, 3, ... into a zeroed pinned buffer.
+    ``wrong_before`` of them were not there yet when the host read the buffer as soon as the
+    call returned; ``wrong_after`` were wrong after ``torch.cuda.synchronize()`` (0: the copy
+    had then arrived). ``attempts`` copies were tried until one read showed wrong values (or
+    all of them, if none did). ``first_before`` and ``first_after`` hold the first few values
+    read each time.
+    """
+
+    elements: int
+    attempts: int
+    wrong_before: int
+    wrong_after: int
+    first_before: tuple[int, ...]
+    first_after: tuple[int, ...]
+
+    def __str__(self) -> str:
+        if self.wrong_before == 0:
+            return (f"{self.attempts} early read(s) of {self.elements:,} values happened to find the copy "
+                    f"complete each time; after synchronizing, {self.wrong_after:,} were wrong")
+        return (f"read before synchronizing: {self.wrong_before:,} of {self.elements:,} values wrong "
+                f"(first ones {list(self.first_before)}); after synchronizing: {self.wrong_after:,} wrong "
+                f"(first ones {list(self.first_after)})")
+
+
+def read_before_sync(device: str | torch.device | None = None, *, elements: int = 2**20,
+                     attempts: int = 10) -> EarlyRead | None:
+    """Show that a ``non_blocking`` device-to-host copy read before synchronizing can be wrong.
+
+    As in a training loop, the copy is queued behind GPU work (four 4096 x 4096 matmuls stand in
+    for the forward pass that computes the values), so the call returns long before the values
+    land. The host reads the pinned buffer at once, then after ``torch.cuda.synchronize()``.
+    Tried up to ``attempts`` times, until a read shows it. On anything but CUDA a copy to the
+    host has finished when it returns: returns None and says so.
+    """
+    device = get_device(device, param="device")
+    elements = check_int("elements", elements, 1, 2**28)
+    attempts = check_int("attempts", attempts)
+    if device.type != "cuda":
+        print(f"no CUDA: on {device.type} a copy to the host has finished when the call returns, so there is "
+              "nothing to read too early; the 'non_blocking_read' reference records show it on a GPU.")
+        return None
+    expected = torch.arange(1, elements + 1, dtype=torch.int32)
+    values = expected.to(device)
+    busy = torch.randn(_BUSY_SIZE, _BUSY_SIZE, device=device)
+    scratch = torch.empty_like(busy)
+    host = torch.empty(elements, dtype=torch.int32, pin_memory=True)
+    for attempt in range(1, attempts + 1):
+        host.zero_()
+        for _ in range(_BUSY_MATMULS):
+            torch.mm(busy, busy, out=scratch)
+        host.copy_(values, non_blocking=True)
+        before = host.clone()  # read at once, as code that forgot to synchronize would
+        torch.cuda.synchronize(device)
+        wrong_before = int((before != expected).sum())
+        if wrong_before:
+            break
+    return EarlyRead(elements, attempt, wrong_before, int((host != expected).sum()),
+                     tuple(before[:5].tolist()), tuple(host[:5].tolist()))
+
+
+# ---------------------------------------------------------------------------- overlap on a side stream
+
+def prefetch_to_device(batches: Iterable[torch.Tensor], device: str | torch.device | None = None
+                       ) -> Iterator[torch.Tensor]:
+    """Yield each host batch on ``device``; on CUDA, the next one is copied while this one is used.
+
+    The copy of batch i+1 runs on a side stream (``torch.cuda.stream``) while the caller's
+    stream computes on batch i. Before a batch is handed over, the caller's stream waits for the
+    side stream (``wait_stream``: the GPU waits, the host does not), and ``record_stream`` tells
+    the caching allocator that the batch is used on the caller's stream, so its memory is not
+    reused too soon. No step makes the host wait. Batches should be in pinned memory (a copy
+    from pageable memory cannot run in the background), and a host batch must not be
+    overwritten while its copy may still run: the host is not told when it ends, so hand out
+    fresh tensors, or reuse one only after a synchronization. Elsewhere each batch is copied
+    with ``.to(device)``: no stream, nothing to overlap.
+    """
+    device = get_device(device, param="device")
+    if device.type != "cuda":
+        for batch in batches:
+            yield batch.to(device)
+        return
+    side = torch.cuda.Stream(device)
+
+    def start(batch):
+        with torch.cuda.stream(side):
+            return batch.to(device, non_blocking=True)
+
+    def hand_over(copied):
+        current = torch.cuda.current_stream(device)
+        current.wait_stream(side)
+        copied.record_stream(current)
+        return copied
+
+    pending = None
+    for batch in batches:
+        ready = hand_over(pending) if pending is not None else None
+        pending = start(batch)  # queued after the hand-over: the caller's stream will not wait for it
+        if ready is not None:
+            yield ready
+    if pending is not None:
+        yield hand_over(pending)
+
+
+SERIAL = "copy then compute (one stream)"
+PREFETCH = "prefetch on a side stream"
+COMPUTE_ONLY = "compute only (a CPU has nothing to copy)"
+
+
+def _loops(device: torch.device, rows: int, width: int, batches: int) -> dict:
+    """The loops to compare, by name: each copies ``batches`` batches and multiplies each by a weight.
+
+    A batch is ``rows x width`` float32 (pinned on a GPU); two of them are handed out in turn, as
+    a replay buffer hands out different ones. ``SERIAL`` copies with ``non_blocking=True`` on
+    the default stream: the host does not wait, but the GPU still copies and computes one after
+    the other. On a CPU there is one loop, the compute alone.
+    """
+    cuda = device.type == "cuda"
+    host = [torch.randn(rows, width, pin_memory=cuda) for _ in range(2)]
+    order = [host[i % 2] for i in range(batches)]
+    weight = torch.randn(width, width, device=device) / math.sqrt(width)
+    out = torch.empty(rows, width, device=device)
+
+    def serial():
+        for batch in order:
+            torch.mm(batch.to(device, non_blocking=True), weight, out=out)
+
+    def prefetch():
+        for batch in prefetch_to_device(order, device):
+            torch.mm(batch, weight, out=out)
+
+    return {SERIAL: serial, PREFETCH: prefetch} if cuda else {COMPUTE_ONLY: serial}
+
+
+def _prefetch_sizes(device: torch.device, rows, width, batches) -> tuple[int, int, int]:
+    """By default a batch is 4096 x 4096 float32 (64 MiB) on a GPU, where its copy and its matmul
+    take similar times; 1024 x 1024 elsewhere, where there is no copy to compare with and the
+    big matmul would take seconds."""
+    side = pick(full=4096 if device.type == "cuda" else 1024, quick=64)
+    return (check_int("rows", side if rows is None else rows),
+            check_int("width", side if width is None else width),
+            check_int("batches", pick(full=20, quick=4) if batches is None else batches))
+
+
+def _no_overlap(device: torch.device) -> str:
+    return f"no CUDA: on {device.type} the batches are already in host memory, so there is no copy to overlap"
+
+
+def prefetch_time(device: str | torch.device | None = None, *, rows: int | None = None,
+                  width: int | None = None, batches: int | None = None) -> list[Record]:
+    """Milliseconds per batch, copying each batch then computing on it vs prefetching on a side stream.
+
+    Each batch is ``rows x width`` float32 (default on a GPU 4096 x 4096: 64 MiB, a copy about
+    as long as its matmul on a recent GPU); a timed run goes through ``batches`` of them. Records: name
+    ``"prefetch"``, metric ``"time per batch"``, unit ``"ms"``, params ``{"bytes", "batches"}``,
+    the median run with its IQR as the spread. On a CPU: one record, the compute loop alone.
+    """
+    device = get_device(device, param="device")
+    rows, width, batches = _prefetch_sizes(device, rows, width, batches)
+    if device.type != "cuda":
+        print(f"{_no_overlap(device)}; timed the same loop without streams.")
+    machine = machine_label(device_report(device))
+    params = {"bytes": rows * width * 4, "batches": batches}
+    records = []
+    for variant, loop in _loops(device, rows, width, batches).items():
+        timing = time_callable(loop, warmup=1, repeats=pick(full=5, quick=3), device=device)
+        records.append(Record("prefetch", variant, "time per batch", timing.median / batches * 1e3, "ms",
+                              params, timing.iqr / batches * 1e3, machine))
+    return records
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """One piece of GPU work from the profiler: a ``"copy"`` or a ``"kernel"`` on a CUDA stream.
+
+    ``start_ms`` and ``end_ms`` count from the start of its ``loop`` (a name of :func:`prefetch_time`).
+    """
+
+    loop: str
+    stream: int
+    kind: str
+    name: str
+    start_ms: float
+    end_ms: float
+
+
+def intervals_from_events(events, loops: Sequence[str]) -> list[Interval]:
+    """The GPU work in profiler ``events``, each piece given to the loop whose range holds its start.
+
+    ``events`` are the profiler's (``prof.events()``); each loop ran inside a
+    ``torch.profiler.record_function`` of its name, and synchronized before the range ended.
+    A GPU event's stream is its ``device_resource_id``.
+    """
+    from torch.autograd import DeviceType
+
+    ranges = {event.name: event.time_range for event in events
+              if event.name in loops and event.device_type == DeviceType.CPU}
+    intervals = []
+    for event in events:
+        if event.device_type != DeviceType.CUDA or event.name in loops:  # skip the annotations' GPU copies
+            continue
+        start, end = event.time_range.start, event.time_range.end
+        for loop, span in ranges.items():
+            if span.start <= start <= span.end:
+                kind = "copy" if event.name.startswith("Memcpy") else "kernel"
+                intervals.append(Interval(loop, event.device_resource_id, kind, event.name,
+                                          (start - span.start) / 1e3, (end - span.start) / 1e3))
+    return intervals
+
+
+def prefetch_timeline(device: str | torch.device | None = None, *, rows: int | None = None,
+                      width: int | None = None, batches: int = 4,
+                      trace_path: str | Path | None = None) -> list[Interval] | None:
+    """Both loops of :func:`prefetch_time` under the profiler: their copies and kernels per stream.
+
+    Each loop runs once to warm up, then once recorded. ``trace_path`` also saves the profiler's
+    chrome trace (JSON; open it in ui.perfetto.dev). Returns the :class:`Interval` list for
+    :func:`plot_timeline`; None without CUDA (nothing to overlap) or when the profiler saw no
+    GPU work (it needs CUPTI), saying which.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    device = get_device(device, param="device")
+    rows, width, batches = _prefetch_sizes(device, rows, width, batches)
+    if trace_path is not None and not isinstance(trace_path, (str, Path)):
+        raise TypeError(f"trace_path={trace_path!r} must be a str, a Path or None")
+    if device.type != "cuda":
+        print(f"{_no_overlap(device)}, and no GPU timeline to record.")
+        return None
+    loops = _loops(device, rows, width, batches)
+    for loop in loops.values():
+        loop()
+    torch.cuda.synchronize(device)
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for name, loop in loops.items():
+                with record_function(name):
+                    loop()
+                    torch.cuda.synchronize(device)
+    except RuntimeError as error:  # no CUPTI, or a profiler already running
+        print(f"The profiler could not trace CUDA here ({error}): no timeline.")
+        return None
+    if trace_path is not None:
+        prof.export_chrome_trace(str(trace_path))
+    intervals = intervals_from_events(prof.events(), list(loops))
+    if not intervals:
+        print("The profiler recorded no GPU work (it needs NVIDIA's CUPTI library): no timeline.")
+        return None
+    return intervals
+
+
+def plot_timeline(intervals: Sequence[Interval]):
+    """Draw :func:`prefetch_timeline`'s intervals: one panel per loop, one row per CUDA stream.
+
+    Copies and kernels get their own colours, and the panels share the time axis, so the loop
+    whose copies run beside its kernels visibly ends sooner. Returns the matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    intervals = list(intervals)
+    if not intervals:
+        raise ValueError("intervals=[] holds nothing to plot")
+    bad = [i for i in intervals if not isinstance(i, Interval)]
+    if bad:
+        raise TypeError(f"intervals must hold only Interval objects, not {bad[0]!r}")
+    colors = {"copy": "tab:orange", "kernel": "tab:blue"}
+    loops = list(dict.fromkeys(i.loop for i in intervals))
+    fig, axes = plt.subplots(len(loops), 1, sharex=True, squeeze=False, layout="constrained",
+                             figsize=(8, 1.2 + 1.6 * len(loops)))
+    for ax, loop in zip(axes[:, 0], loops):
+        mine = [i for i in intervals if i.loop == loop]
+        streams = sorted({i.stream for i in mine})
+        for row, stream in enumerate(streams):
+            for kind, color in colors.items():
+                bars = [(i.start_ms, i.end_ms - i.start_ms) for i in mine if i.stream == stream and i.kind == kind]
+                ax.broken_barh(bars, (row - 0.35, 0.7), facecolor=color, edgecolor="white", linewidth=0.5)
+        ax.set_yticks(range(len(streams)), [f"stream {stream}" for stream in streams])
+        ax.set_ylim(-0.6, len(streams) - 0.4)
+        ax.set_ylabel("CUDA stream")
+        ax.set_title(f"{loop}: GPU work ends at {max(i.end_ms for i in mine):.2f} ms")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("time since the loop started (ms)")
+    fig.legend(handles=[Patch(color=color, label=kind) for kind, color in colors.items()], loc="outside right")
+    fig.suptitle("GPU timeline from the profiler: host-to-device copies and kernels, per stream")
+    plt.close(fig)  # returned, not also drawn by pyplot at the end of a notebook cell
+    return fig
+
+
+# ---------------------------------------------------------------------------- the nominal link
+
+PCIE_LANE_GBS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+"""GB/s one PCIe lane carries in each direction, by generation, after line encoding (8b/10b up
+to gen 2, 128b/130b from gen 3, FLIT in gen 6): gen 3 x16 gives 15.8 GB/s, gen 5 x16 63 GB/s."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """A PCIe link: its generation and lanes, and the GB/s it carries each way."""
+
+    generation: int
+    lanes: int
+
+    def __post_init__(self):
+        check_int("generation", self.generation)
+        check_int("lanes", self.lanes)
+        if self.generation not in PCIE_LANE_GBS:
+            raise ValueError(f"generation={self.generation!r} must be a PCIe generation in {sorted(PCIE_LANE_GBS)}")
+
+    @property
+    def gbs_per_direction(self) -> float:
+        return PCIE_LANE_GBS[self.generation] * self.lanes
+
+    def __str__(self) -> str:
+        return f"PCIe gen {self.generation} x{self.lanes}: {self.gbs_per_direction:.1f} GB/s per direction (nominal)"
+
+
+def parse_link(text: str) -> Link:
+    """A :class:`Link` from nvidia-smi's ``pcie.link.gen.max,pcie.link.width.max`` answer, e.g. ``"5, 16"``."""
+    if not isinstance(text, str):
+        raise TypeError(f"text={text!r} must be a str, not {type(text).__name__}")
+    match = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", text)
+    if match is None:
+        raise ValueError(f"text={text!r} must be '<generation>, <lanes>', as nvidia-smi prints them")
+    return Link(int(match[1]), int(match[2]))
+
+
+def nominal_link(device: str | torch.device | None = None) -> Link | None:
+    """The PCIe link between the host and CUDA ``device``, as nvidia-smi reports it.
+
+    The maximum generation and width that the GPU and this machine support together (an idle GPU
+    drops to a lower generation to save power, so the current one says less). None, with the
+    reason printed, without CUDA or when nvidia-smi cannot tell.
+    """
+    device = get_device(device, param="device")
+    if device.type != "cuda":
+        print(f"no CUDA: {device.type} has no host-GPU link to read.")
+        return None
+    gpu = f"GPU-{torch.cuda.get_device_properties(device).uuid}"
+    answer = _command_output(["nvidia-smi", "-i", gpu, "--query-gpu=pcie.link.gen.max,pcie.link.width.max",
+                              "--format=csv,noheader,nounits"])
+    if answer is None:
+        print("nvidia-smi is missing or failed: the nominal link is unknown.")
+        return None
+    try:
+        return parse_link(answer)
+    except ValueError as error:
+        print(f"nvidia-smi gave no PCIe link ({error}): the nominal link is unknown.")
+        return None

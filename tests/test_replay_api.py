@@ -1,0 +1,234 @@
+"""Every replay buffer answers the one API alike: wrap-around, uniform draws (chi-square), states
+that load into any buffer, and bad input refused with nothing written."""
+
+import pytest
+import torch
+
+from rlgpu_helpers.gpu.sync import audit_syncs
+from rlgpu_helpers.replay.base import FIELDS, KINDS, make_buffer
+
+UNIFORM = [kind for kind in KINDS if kind != "prioritized"]
+
+
+def transitions(start, count, obs_shape=(2,)):
+    """Transition ``i`` carries ``i`` in every field, so a row tells which transition it is."""
+    ids = torch.arange(start, start + count, dtype=torch.float32)
+    obs = ids.view(-1, *[1] * len(obs_shape)).expand(count, *obs_shape).clone()
+    return dict(obs=obs, actions=ids.long() % 3, rewards=ids, next_obs=-obs, terminated=ids % 2 == 0)
+
+
+def chi_square_p_value(counts: torch.Tensor, expected: torch.Tensor) -> float:
+    """P-value of Pearson's chi-square test of ``counts`` against ``expected`` counts."""
+    statistic = ((counts - expected) ** 2 / expected).sum()
+    return float(torch.special.gammaincc(torch.tensor((len(counts) - 1) / 2, dtype=torch.float64),
+                                         statistic.double() / 2))
+
+
+def draw_counts(buffer, draws, slots, batch_size=4096, seed=0):
+    generator = torch.Generator(buffer.storage_device).manual_seed(seed)
+    counts = torch.zeros(slots, dtype=torch.float64)
+    for _ in range(draws // batch_size):
+        ids = buffer.sample(batch_size, generator)["rewards"].long().cpu()
+        counts += torch.bincount(ids, minlength=slots)[:slots]
+    return counts
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_adding_wraps_around_and_keeps_the_newest(kind):
+    buffer = make_buffer(kind, 5, (2,))
+    buffer.add(**transitions(0, 3))
+    buffer.add(**transitions(3, 4))  # 5 and 6 overwrite the two oldest, 0 and 1
+    assert len(buffer) == 5
+    state = buffer.state_dict()
+    assert state["size"] == 5
+    assert state["rewards"].tolist() == [2.0, 3.0, 4.0, 5.0, 6.0]  # oldest first
+    assert state["obs"][:, 1].tolist() == [2.0, 3.0, 4.0, 5.0, 6.0]
+    assert state["next_obs"][:, 0].tolist() == [-2.0, -3.0, -4.0, -5.0, -6.0]
+    assert state["terminated"].tolist() == [1.0, 0.0, 1.0, 0.0, 1.0]
+    assert state["actions"].tolist() == [2, 0, 1, 2, 0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_batch_as_large_as_the_buffer_replaces_everything(kind):
+    buffer = make_buffer(kind, 4, (2,))
+    buffer.add(**transitions(0, 3))
+    buffer.add(**transitions(10, 4))
+    assert sorted(buffer.state_dict()["rewards"].tolist()) == [10.0, 11.0, 12.0, 13.0]
+
+
+@pytest.mark.parametrize("kind", UNIFORM)
+def test_uniform_sampling_is_uniform_chi_square(kind):
+    buffer = make_buffer(kind, 32, (2,))
+    buffer.add(**transitions(100, 20))
+    buffer.add(**transitions(0, 20))  # wrapped: slots hold transitions 0..19 and 108..119
+    stored = sorted(buffer.state_dict()["rewards"].long().tolist())
+    counts = draw_counts(buffer, 40 * 4096, 120)
+    assert set(torch.nonzero(counts).flatten().tolist()) == set(stored)  # only what is stored
+    observed = counts[stored]
+    assert chi_square_p_value(observed, torch.full_like(observed, observed.sum() / len(stored))) > 1e-3
+
+
+def test_the_chi_square_test_tells_a_skewed_draw_from_a_uniform_one():
+    counts = torch.tensor([1100.0, 1000.0, 1000.0, 900.0])
+    assert chi_square_p_value(counts, torch.full((4,), 1000.0)) < 1e-3
+    assert chi_square_p_value(torch.tensor([1010.0, 990.0, 1005.0, 995.0]), torch.full((4,), 1000.0)) > 0.5
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_sample_is_whole_transitions_on_the_device_in_the_stored_dtypes(kind):
+    buffer = make_buffer(kind, 16, (3, 2))
+    buffer.add(**transitions(0, 10, (3, 2)))
+    batch = buffer.sample(64, torch.Generator().manual_seed(1))
+    assert {*FIELDS, "indices"} <= set(batch)
+    assert batch["obs"].shape == (64, 3, 2) and batch["rewards"].shape == (64,)
+    assert [batch[name].dtype for name in FIELDS] == [torch.float32, torch.int64, torch.float32,
+                                                      torch.float32, torch.float32]
+    ids = batch["rewards"]
+    assert torch.equal(batch["obs"][:, 2, 1], ids) and torch.equal(batch["next_obs"][:, 0, 0], -ids)
+    assert torch.equal(batch["actions"], ids.long() % 3)
+    assert torch.equal(batch["terminated"], (ids % 2 == 0).float())
+    again = buffer.gather(batch["indices"])
+    assert all(torch.equal(again[name], batch[name]) for name in FIELDS)
+
+
+@pytest.mark.parametrize("source", KINDS)
+@pytest.mark.parametrize("target", ["tensor", "deque", "prioritized"])
+def test_a_state_loads_into_any_kind_of_buffer(source, target):
+    buffer = make_buffer(source, 6, (2,))
+    buffer.add(**transitions(0, 4))
+    buffer.add(**transitions(4, 4))  # wrapped
+    state = buffer.state_dict()
+    other = make_buffer(target, 8, (2,))
+    other.add(**transitions(50, 3))
+    other.load_state_dict(state)
+    assert len(other) == 6
+    assert other.state_dict()["rewards"].tolist() == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+    other.add(**transitions(8, 3))  # continues after the loaded transitions: 8 slots, 9 transitions
+    assert other.state_dict()["rewards"].tolist() == [3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+
+
+def snapshot(buffer):
+    return len(buffer), buffer.state_dict()
+
+
+def assert_unchanged(buffer, before):
+    size, state = snapshot(buffer)
+    assert size == before[0]
+    assert all(torch.equal(state[name], before[1][name]) for name in FIELDS)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("field, value, error, message", [
+    ("next_obs", torch.zeros(3, 5), ValueError, r"next_obs has shape \(3, 5\), expected \(3, 2\)"),
+    ("next_obs", torch.zeros(2, 2), ValueError, r"next_obs has shape \(2, 2\), expected \(3, 2\)"),
+    ("rewards", torch.zeros(3, 1), ValueError, r"rewards has shape \(3, 1\), expected \(3,\)"),
+    ("terminated", [True, False, True], TypeError, "terminated must be a torch.Tensor, not list"),
+    ("actions", torch.zeros(3), TypeError, "actions must be an integer tensor, not torch.float32"),
+    ("actions", torch.zeros(3, dtype=torch.bool), TypeError, "actions must be an integer tensor, not torch.bool"),
+    ("rewards", torch.zeros(3, dtype=torch.complex64), TypeError, "rewards must be a real tensor"),
+    ("obs", torch.zeros(3, 3), ValueError, r"obs has shape \(3, 3\), expected \(3, 2\)"),
+])
+def test_a_malformed_add_writes_nothing(kind, field, value, error, message):
+    """Every field is checked before the first write: obs must not land when next_obs is bad."""
+    buffer = make_buffer(kind, 8, (2,))
+    buffer.add(**transitions(0, 3))
+    before = snapshot(buffer)
+    with pytest.raises(error, match=message):
+        buffer.add(**(transitions(10, 3) | {field: value}))
+    assert_unchanged(buffer, before)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bad_sizes_and_generators_are_refused(kind):
+    with pytest.raises(ValueError, match="capacity=0 must be an int >= 1"):
+        make_buffer(kind, 0, (2,))
+    with pytest.raises(TypeError, match=r"capacity=10.0 must be an int"):
+        make_buffer(kind, 10.0, (2,))
+    with pytest.raises(ValueError, match=r"obs_shape=\(2, 0\)"):
+        make_buffer(kind, 10, (2, 0))
+    with pytest.raises(ValueError, match="device='tpu' is not a device"):
+        make_buffer(kind, 10, (2,), device="tpu")
+    buffer = make_buffer(kind, 4, (2,))
+    with pytest.raises(ValueError, match="cannot sample from an empty replay buffer"):
+        buffer.sample(2)
+    before = snapshot(buffer)
+    with pytest.raises(ValueError, match="a batch of 5 transitions does not fit in capacity 4"):
+        buffer.add(**transitions(0, 5))
+    assert_unchanged(buffer, before)
+    buffer.add(**transitions(0, 3))
+    with pytest.raises(ValueError, match="batch_size=0 must be an int >= 1"):
+        buffer.sample(0)
+    with pytest.raises(TypeError, match="batch_size=2.5 must be an int"):
+        buffer.sample(2.5)
+    with pytest.raises(TypeError, match="generator=7 must be a torch.Generator"):
+        buffer.sample(2, generator=7)
+    with pytest.raises(ValueError, match=r"indices\[1\]=3 must be in \[0, 2\]"):
+        buffer.gather(torch.tensor([0, 3]))
+    with pytest.raises(TypeError, match="indices must be a 1-d integer tensor"):
+        buffer.gather(torch.tensor([0.0]))
+
+
+def test_a_generator_on_another_device_is_refused():
+    buffer = make_buffer("tensor", 4, (2,))
+    buffer.add(**transitions(0, 2))
+    buffer.storage_device = torch.device("cuda", 0)  # as on a GPU (checked before anything is drawn)
+    with pytest.raises(ValueError, match=r"generator is on cpu: this buffer draws its indices on .*cuda:0"):
+        buffer.sample(2, generator=torch.Generator())
+
+
+def stored_state(kind="tensor"):
+    buffer = make_buffer(kind, 4, (2,))
+    buffer.add(**transitions(0, 3))
+    return buffer.state_dict()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("change, error, message", [
+    (lambda s: s.update(size=5), ValueError, r"state\['size'\]=5 must be an int in \[0, 4\]"),
+    (lambda s: s.update(size=2.0), TypeError, r"state\['size'\]=2.0 must be an int"),
+    (lambda s: s.update(obs=torch.zeros(3, 7)), ValueError, r"state\['obs'\] has shape \(3, 7\), expected \(3, 2\)"),
+    (lambda s: s.update(rewards=torch.zeros(2)), ValueError, r"state\['rewards'\] has shape \(2,\), expected \(3,\)"),
+    (lambda s: s.update(actions=[0, 1, 2]), TypeError, r"state\['actions'\] must be a torch.Tensor"),
+    (lambda s: s.update(rewards=torch.tensor([0.0, float("nan"), 1.0])), ValueError, "rewards.*not finite"),
+    (lambda s: s.update(terminated=torch.tensor([0.0, 2.0, 1.0])), ValueError, "only 0 and 1"),
+    (lambda s: s.pop("actions"), ValueError, r"missing \['actions'\]"),
+])
+def test_a_bad_state_dict_is_refused_and_the_buffer_left_alone(kind, change, error, message):
+    state = stored_state()
+    change(state)
+    buffer = make_buffer(kind, 4, (2,))
+    buffer.add(**transitions(10, 2))
+    before = snapshot(buffer)
+    with pytest.raises(error, match=message):
+        buffer.load_state_dict(state)
+    assert_unchanged(buffer, before)
+
+
+def test_a_state_dict_must_be_a_dict():
+    with pytest.raises(TypeError, match="state must be a dict"):
+        make_buffer("tensor", 4, (2,)).load_state_dict([1, 2])
+
+
+def test_make_buffer_refuses_an_unknown_kind():
+    with pytest.raises(ValueError, match="kind='ring' must be one of"):
+        make_buffer("ring", 4, (2,))
+
+
+@pytest.mark.parametrize("kind", ["tensor", "host", "pinned", "prioritized"])
+def test_the_sync_audit_finds_no_sync_in_add_and_sample(kind):
+    buffer = make_buffer(kind, 1000, (11,))
+    batch = transitions(0, 64, (11,))
+    buffer.add(**batch)
+    assert audit_syncs(lambda: buffer.add(**batch), "cpu").total == 0
+    report = audit_syncs(lambda: buffer.sample(256), "cpu")
+    assert report.total == 0, report
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_memory_bytes_counts_the_storage(kind):
+    buffer = make_buffer(kind, 100, (11,))
+    buffer.add(**transitions(0, 100, (11,)))
+    memory = buffer.memory_bytes()
+    row = (2 * 11 + 3) * 4 + 4  # obs and next_obs, reward, terminated (float32), action (int64)
+    assert set(memory) <= {"host", "pinned", "device", "files"} and len(memory) == 1
+    assert sum(memory.values()) >= 100 * row
