@@ -223,7 +223,8 @@ def dqn_throughput(device: str | torch.device | None = None, *, kinds=None, seco
 
     Each run trains for ``seconds`` (after one untimed iteration), three times; the record is
     the median (``"replay_dqn"``, steps/s, params ``{"device", "num_envs", "batch_size"}``).
-    ``config`` overrides ``DQNConfig`` fields (``num_envs``, ``batch_size``, ...).
+    ``DQNConfig``'s defaults, learning from the first step; ``config`` overrides its fields
+    (``num_envs``, ``batch_size``, ...).
     """
     device = get_device(device, param="device")
     kinds = default_kinds(device) if kinds is None else check_choices("kinds", kinds, tuple(KINDS))
@@ -231,8 +232,9 @@ def dqn_throughput(device: str | torch.device | None = None, *, kinds=None, seco
     label = machine if machine is not None else machine_label(device_report(device))
     records = []
     for kind in tqdm(kinds, desc="DQN with each buffer", disable=not progress):
-        settings = DQNConfig(buffer=kind, device=str(device), learning_starts=0,
-                             buffer_size=pick(full=100_000, quick=5_000), **config)
+        settings = DQNConfig(**{"buffer": kind, "device": str(device), "learning_starts": 0,
+                                "buffer_size": pick(full=100_000, quick=5_000),
+                                "steps_per_iteration": pick(full=32, quick=4), **config})
         learner = DQN(settings)
         learner.iterate()
         rates = []
