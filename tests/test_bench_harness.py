@@ -333,5 +333,9 @@ def test_plot_records_labels_ticks_with_plain_numbers():
     shown = [label.get_text() for label in ax.get_yticklabels() + ax.get_yticklabels(minor=True)
              if label.get_text() and ax.get_ylim()[0] <= label.get_position()[1] <= ax.get_ylim()[1]]
     assert "0.1" in shown and not any("10^" in text or "$" in text for text in shown)
+    large = plot_records([record(v, n=n) for n, v in ((1, 5e4), (16, 8e5), (1024, 2e7))], x="n")
+    large.draw_without_rendering()
+    labels = [label.get_text() for label in large.axes[0].get_yticklabels() if label.get_text()]
+    assert "1,000,000" in labels and not any("e+" in text for text in labels)  # no 1e+06
     crowded = plot_records([record(1.0, n=n) for n in range(1, 30)], x="n").axes[0]  # 29 values: no tick at each
     assert len(crowded.get_xticks()) < 29

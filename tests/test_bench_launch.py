@@ -111,7 +111,9 @@ def test_ceiling_records_and_table_set_the_measurement_beside_both_floors():
     assert "1,000 B/game at 100 GB/s" in records[1].variant
     text = str(ceilings_table(measured, c))
     assert "launch-bound" in text and "bandwidth-bound" in text and "measured / larger floor" in text
-    assert "2.5" in text and "4" in text  # 500 µs over 200; 4,000 µs over 1,000
+    assert "2.50" in text and "4.00" in text  # 500 µs over 200; 4,000 µs over 1,000
+    far = str(ceilings_table([throughput(1, 10.0)], c))  # 100,000 µs over 200, written out in full
+    assert "500" in far and "e+" not in far
 
 
 def test_profiles_and_ceilings_round_trip_through_records():

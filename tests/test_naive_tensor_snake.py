@@ -1,18 +1,16 @@
 """NaiveTensorSnake, the bad example of notebook 04: same rules as SnakeEnv with every sync switch,
 and exactly the synchronizations each switch promises."""
 
-import dataclasses
-import random
+import functools
 
 import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
-from test_vec_snake import random_state
+from test_vec_snake import run_lockstep
 
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.snake import rules
-from rlgpu_helpers.snake.env import SnakeEnv
 from rlgpu_helpers.snake.naive_tensor import (
     SYNC_FREE_CODE,
     SYNC_POINT_CODE,
@@ -28,70 +26,11 @@ CONFIGS = [SYNC_POINTS, (), *((point,) for point in SYNC_POINTS)]
 CONFIG_IDS = ["all four", "none", *SYNC_POINTS]
 
 
-def run_lockstep(syncs, obs_type, height, width, num_envs, steps, seed):
-    """Step SnakeEnv and NaiveTensorSnake side by side from random states, as test_vec_snake does
-    for VecSnake (the food is copied across after each meal); return counts of what happened."""
-    rng = random.Random(seed)
-    env = NaiveTensorSnake(num_envs, height, width, obs_type=obs_type, seed=seed, syncs=syncs)
-    max_steps = env.max_steps_without_food
-    singles = [SnakeEnv(height, width, obs_type=obs_type) for _ in range(num_envs)]
-    for i, single in enumerate(singles):
-        single.reset(seed=seed + i)
-        state = random_state(rng, height, width, max_steps)
-        single.set_state(state)
-        env.set_state(i, state)
-    seen = dict(ate=0, wall=0, body=0, truncated=0, tail_chase=0, steps=0)
-    for _ in range(steps):
-        before = [single.get_state() for single in singles]
-        actions = [rng.randrange(3) for _ in range(num_envs)]
-        obs, reward, terminated, truncated, info = env.step(torch.tensor(actions))
-        for i, single in enumerate(singles):
-            s_obs, s_reward, s_term, s_trunc, s_info = single.step(actions[i])
-            assert reward[i].item() == s_reward
-            assert terminated[i].item() == s_term and truncated[i].item() == s_trunc
-            seen["steps"] += 1
-            if s_term or s_trunc:
-                assert info["_final_obs"][i] and info["_episode"][i]
-                np.testing.assert_array_equal(info["final_obs"][i].numpy(), s_obs)
-                assert info["episode"]["score"][i].item() == s_info["score"]
-                assert info["episode"]["won"][i].item() == s_info["won"]
-                restarted = env.get_state(i)
-                assert restarted.body == rules.start_body(height, width)
-                assert restarted.direction == rules.RIGHT and restarted.food not in restarted.body
-                np.testing.assert_array_equal(obs[i].numpy(), rules.observe(restarted, height, width, obs_type))
-                if s_trunc:
-                    seen["truncated"] += 1
-                elif s_reward < 0:
-                    head = before[i].body[0]
-                    d = rules.DIRECTION_DELTAS[rules.turn(before[i].direction, actions[i])]
-                    r, c = head[0] + d[0], head[1] + d[1]
-                    seen["wall" if not (0 <= r < height and 0 <= c < width) else "body"] += 1
-                state = random_state(rng, height, width, max_steps)
-                single.set_state(state)
-                env.set_state(i, state)
-                continue
-            assert not info["_final_obs"][i]
-            mine, theirs = env.get_state(i), single.get_state()
-            assert (mine.body, mine.direction, mine.steps_since_food) == (
-                theirs.body, theirs.direction, theirs.steps_since_food)
-            if s_reward > 0:
-                seen["ate"] += 1
-                assert mine.food not in mine.body
-                env.set_state(i, dataclasses.replace(mine, food=theirs.food))  # food is random in both
-                np.testing.assert_array_equal(env.observe()[i].numpy(),
-                                              rules.observe(theirs, height, width, obs_type))
-            else:
-                assert mine.food == theirs.food
-                np.testing.assert_array_equal(obs[i].numpy(), s_obs)
-                if theirs.body[0] == before[i].body[-1]:
-                    seen["tail_chase"] += 1
-    return seen
-
-
 @pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
 @pytest.mark.parametrize("syncs", [SYNC_POINTS, ()], ids=["all four", "none"])
 def test_lockstep_with_snake_env(syncs, obs_type):
-    seen = run_lockstep(syncs, obs_type, height=6, width=7, num_envs=16, steps=300, seed=11)
+    seen = run_lockstep(obs_type, height=6, width=7, num_envs=16, steps=300, seed=11,
+                        make_env=functools.partial(NaiveTensorSnake, syncs=syncs))
     assert seen["steps"] >= 4_800
     for kind in ("ate", "wall", "body", "truncated", "tail_chase"):
         assert seen[kind] > 0, (kind, seen)
@@ -99,7 +38,8 @@ def test_lockstep_with_snake_env(syncs, obs_type):
 
 @pytest.mark.parametrize("syncs", [(point,) for point in SYNC_POINTS], ids=SYNC_POINTS)
 def test_lockstep_with_each_sync_point_alone(syncs):
-    seen = run_lockstep(syncs, "features", height=5, width=6, num_envs=12, steps=150, seed=3)
+    seen = run_lockstep("features", height=5, width=6, num_envs=12, steps=150, seed=3,
+                        make_env=functools.partial(NaiveTensorSnake, syncs=syncs))
     assert seen["ate"] > 0 and seen["wall"] > 0 and seen["body"] > 0
 
 

@@ -72,10 +72,11 @@ def test_reset_starts_every_game_by_the_rules(obs_type):
         np.testing.assert_array_equal(obs[i].numpy(), rules.observe(state, 6, 9, obs_type))
 
 
-def run_lockstep(obs_type, height, width, num_envs, steps, seed):
-    """Step SnakeEnv and VecSnake side by side; return counts of what happened."""
+def run_lockstep(obs_type, height, width, num_envs, steps, seed, make_env=VecSnake):
+    """Step SnakeEnv and a tensor Snake (``make_env(num_envs, height, width, obs_type=, seed=)``,
+    VecSnake by default) side by side from random states; return counts of what happened."""
     rng = random.Random(seed)
-    vec = VecSnake(num_envs, height, width, obs_type=obs_type, seed=seed)
+    vec = make_env(num_envs, height, width, obs_type=obs_type, seed=seed)
     max_steps = vec.max_steps_without_food
     singles = [SnakeEnv(height, width, obs_type=obs_type) for _ in range(num_envs)]
     for i, env in enumerate(singles):
@@ -102,6 +103,7 @@ def run_lockstep(obs_type, height, width, num_envs, steps, seed):
                 assert info["episode"]["won"][i].item() == s_info["won"]
                 restarted = vec.get_state(i)
                 assert restarted.body == rules.start_body(height, width)
+                assert restarted.direction == rules.RIGHT and restarted.food not in restarted.body
                 np.testing.assert_array_equal(
                     obs[i].numpy(), rules.observe(restarted, height, width, obs_type)
                 )

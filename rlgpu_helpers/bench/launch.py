@@ -487,7 +487,7 @@ def ceilings_table(throughput: Sequence[Record], ceilings: Ceilings) -> Table:
         memory = c.memory_floor_us(n)
         floor = max(c.launch_floor_us, memory)
         rows.append([f"{n:,}", format_number(measured), format_number(c.launch_floor_us), format_number(memory),
-                     c.bound(n), f"{measured / floor:.2g}"])
+                     c.bound(n), format_number(measured / floor)])
     columns = ["games (N)", "measured (µs per step)", "launch floor (µs)", "memory floor (µs)",
                "larger floor", "measured / larger floor"]
     return Table(columns, rows, [True, True, True, True, False, True])

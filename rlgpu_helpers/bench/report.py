@@ -113,8 +113,8 @@ def _limits(values: list[float], log: bool, from_zero: bool) -> tuple[float, flo
 
 
 def _tick_label(value: float, _position=None) -> str:
-    """A plain tick label: 16,384 / 0.02 rather than 1.6×10⁴ / 2×10⁻²."""
-    return f"{value:,g}"
+    """A plain tick label: 16,384 / 0.02 / 1,000,000 rather than 1.6×10⁴ / 2×10⁻² / 1e+06."""
+    return f"{value:,.12g}"
 
 
 @functools.cache

@@ -63,7 +63,7 @@ class TensorReplayBuffer(ReplayBuffer):
         self.size = min(self.size + count, self.capacity)
 
     def _gather(self, indices: torch.Tensor) -> dict:
-        return {name: getattr(self, name)[indices] for name in FIELDS}
+        return {name: getattr(self, name).index_select(0, indices) for name in FIELDS}
 
     def _rows(self) -> dict:
         return {name: self._oldest_first(getattr(self, name)) for name in FIELDS}

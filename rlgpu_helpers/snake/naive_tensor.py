@@ -61,6 +61,7 @@ from ..core.device import get_device
 from ..gpu.sync import DeferredCheck
 from . import rules
 from .rules import SnakeState
+from .vec import check_action_tensor
 
 SYNC_POINTS = ("mask_reset", "if_any", "nonzero_food", "item_logging")
 """The four switches of :class:`NaiveTensorSnake`, each a habit that synchronizes on a GPU."""
@@ -180,7 +181,7 @@ class NaiveTensorSnake(VectorEnv):
 
     def step(self, actions: torch.Tensor):
         """Advance every game one step; returns what ``VecSnake.step`` returns."""
-        self._check_actions(actions)
+        check_action_tensor(actions, self.num_envs, self.device)
         frozen = None
         if self.check_action_values:
             self._bad_actions.raise_if_failed()
@@ -327,16 +328,6 @@ class NaiveTensorSnake(VectorEnv):
         if no_food is not None:
             food = food & ~no_food[:, None, None]
         return torch.stack([head.float(), body, food.float()], 1)
-
-    def _check_actions(self, actions):
-        if not isinstance(actions, torch.Tensor):
-            raise TypeError(f"actions must be a torch.Tensor on {self.device}, got {type(actions).__name__}")
-        if actions.shape != (self.num_envs,):
-            raise ValueError(f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}")
-        if actions.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise TypeError(f"actions must be an integer tensor, got dtype {actions.dtype}")
-        if actions.device != self.device:
-            raise ValueError(f"actions must be on {self.device}, got {actions.device}")
 
     # ------------------------------------------------------------------ state for tests and tools
 

@@ -105,6 +105,22 @@ def _feature_table() -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float32)
 
 
+def check_action_tensor(actions, num_envs: int, device: torch.device) -> None:
+    """Refuse actions that are not an integer tensor of shape ``(num_envs,)`` on ``device``.
+
+    Reads only the tensor's type, shape, dtype and device (never its values), so it costs no
+    host-device synchronization; the values are checked on the device (``gpu.sync.DeferredCheck``).
+    """
+    if not isinstance(actions, torch.Tensor):
+        raise TypeError(f"actions must be a torch.Tensor on {device}, got {type(actions).__name__}")
+    if actions.shape != (num_envs,):
+        raise ValueError(f"actions must have shape ({num_envs},), got {tuple(actions.shape)}")
+    if actions.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise TypeError(f"actions must be an integer tensor, got dtype {actions.dtype}")
+    if actions.device != device:
+        raise ValueError(f"actions must be on {device}, got {actions.device}")
+
+
 class VecSnake(VectorEnv):
     """``num_envs`` games of Snake stepped together as tensors on ``device``.
 
@@ -281,7 +297,7 @@ class VecSnake(VectorEnv):
 
     def step(self, actions: torch.Tensor):
         """Advance every game one step; see the class docstring for what comes back."""
-        self._check_actions(actions)
+        check_action_tensor(actions, self.num_envs, self.device)
         if not self.check_action_values:
             return self._step(actions)
         self._bad_actions.raise_if_failed()  # an earlier step's bad action, once the host has the note
@@ -474,16 +490,6 @@ class VecSnake(VectorEnv):
         flat.scatter_(0, old_food, 0.0)
         flat.scatter_(0, self._grid_food_at(), 1.0)
         return obs
-
-    def _check_actions(self, actions):
-        if not isinstance(actions, torch.Tensor):
-            raise TypeError(f"actions must be a torch.Tensor on {self.device}, got {type(actions).__name__}")
-        if actions.shape != (self.num_envs,):
-            raise ValueError(f"actions must have shape ({self.num_envs},), got {tuple(actions.shape)}")
-        if actions.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise TypeError(f"actions must be an integer tensor, got dtype {actions.dtype}")
-        if actions.device != self.device:
-            raise ValueError(f"actions must be on {self.device}, got {actions.device}")
 
     # ------------------------------------------------------------------ state for tests and tools
 
