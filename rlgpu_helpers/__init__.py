@@ -18,6 +18,9 @@ each lesson's helpers live:
 05    transfers_and_replay        gpu.transfer, bench.transfers, replay.base, replay.naive,
                                   replay.tensor, replay.pinned, replay.memmap,
                                   replay.prioritized, bench.replay
+06    batch_size_and_memory       gpu.memory, gpu.monitor, bench.batch_size
+07    gradient_accumulation       gpu.accumulate, learn.ppo (accumulation), bench.accumulation
+08    mixed_precision             gpu.precision, bench.precision
 11    capstone                    learn.ppo, learn.dqn, learn.training, learn.checkpoint,
                                   learn.agents, bench.time_to_score
 ====  ==========================  ==========================================================

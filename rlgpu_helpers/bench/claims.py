@@ -124,6 +124,8 @@ CLAIMS = _claims(
     Claim("replay-on-gpu", GUIDE_GPU_RL, "Keep Data on GPU: ... Keep replay buffer samples on GPU, Avoid "
           "repeated CPU-GPU transfers", 1.0, math.inf, "x", "speedup",
           "sampling from a buffer on the GPU against a buffer in pageable host memory", "05"),
+    # notebook 06: batch size and memory
+    # notebook 08: mixed precision
     # notebook 02: the cheap tunings of the naive loop (a 2-core CPU, per the guide)
     Claim("loop-tunings", GUIDE_SNAKE_OPT, "Baseline: ~435 steps/second; Optimized: ~2050 steps/second; "
           "Speedup: 4.7x faster", 2050 / 435, 2050 / 435, "x", "speedup",
