@@ -226,3 +226,67 @@ def test_the_transfers_suite_on_cuda_reads_the_link_and_shows_an_early_read():
     if shutil.which("nvidia-smi"):
         link, = [r for r in records if r.name == "host_link"]
         assert link.params["pcie_gen"] >= 1 and link.params["lanes"] >= 1 and link.value > 0
+
+
+def test_the_precision_policy_of_this_gpu_and_a_step_in_each_of_its_precisions():
+    from rlgpu_helpers.gpu.precision import TrainStep, available_precisions, device_traits, precision_policy
+
+    traits = device_traits(CUDA)
+    policy = precision_policy(CUDA, verbose=False)
+    assert policy.precision == ("bf16" if traits.capability >= (8, 0) else "fp16" if traits.capability >= (7, 0)
+                                else "fp32")
+    for precision in available_precisions(traits):
+        step = TrainStep(precision, 64, 256, CUDA)
+        first = step.loss().item()
+        for _ in range(20):
+            step()
+        assert step.loss().item() < first, precision
+
+
+def test_the_grad_scaler_on_cuda_skips_bad_steps_and_adapts():
+    from rlgpu_helpers.gpu.precision import scaler_trace
+
+    trace = scaler_trace(CUDA, steps=14, poison_at=(9,), init_scale=2.0**20, growth_interval=2)
+    assert trace[9].skipped and trace[9].next_scale == trace[9].scale / 2
+    assert any(not row.skipped and row.next_scale == 2 * row.scale for row in trace)
+
+
+def test_the_precision_suite_on_cuda_measures_bf16_from_width_1024():
+    from rlgpu_helpers.bench.precision import NAME, step_records
+
+    records = step_records(CUDA, hiddens=(64, 1024), progress=False)
+    assert {r.params["hidden"] for r in records if r.name == NAME and r.variant == "fp32"} == {64, 1024}
+
+
+# ---------------------------------------------------------------------------- notebook 06
+
+def test_the_search_finds_the_cards_limit_and_the_peak_counts_what_a_step_allocates():
+    from rlgpu_helpers.gpu.memory import find_max_batch_size, peak_memory
+
+    assert peak_memory(lambda: torch.empty(2**20, dtype=torch.uint8, device=CUDA), CUDA) == 2**20
+    free, _ = torch.cuda.mem_get_info()
+    search = find_max_batch_size(lambda batch: torch.empty(batch, 2**20, dtype=torch.uint8, device=CUDA), CUDA,
+                                 start=64)
+    # a batch is `batch` MiB: the largest that fits is close to the free memory, and one more does not fit
+    assert search.first_failure == search.largest_fit + 1
+    assert 0.8 * free / 2**20 <= search.largest_fit <= 1.05 * free / 2**20
+    assert torch.cuda.memory_allocated() < 2**30  # nothing of the failed tries is kept
+
+
+def test_the_batch_size_suite_on_cuda_finds_the_limit_within_ten_percent_and_reads_nvml():
+    from rlgpu_helpers.bench.batch_size import MAX_NAME, TARGET_RATIO, batch_sweep, max_batch_search
+    from rlgpu_helpers.gpu.monitor import NVML_MEANING, UtilizationMonitor
+
+    sweep = batch_sweep(CUDA, networks=("mlp",), batch_sizes=(2**14, 2**16, 2**18, 2**20), progress=False)
+    found = {r.metric: r.value for r in max_batch_search(CUDA, sweep, networks=("mlp",), progress=False)
+             if r.name == MAX_NAME}
+    assert abs(found["largest fit"] / found["predicted"] - 1) <= TARGET_RATIO
+    monitor = UtilizationMonitor(CUDA, interval=0.05)
+    if monitor.source != NVML_MEANING:
+        pytest.skip("nvidia-ml-py is not installed (extra `gpu`)")
+    with monitor:
+        x = torch.randn(4096, 4096, device=CUDA)
+        for _ in range(200):
+            x = x @ x / 64
+        torch.cuda.synchronize()
+    assert max(s.utilization_pct for s in monitor.samples) > 0

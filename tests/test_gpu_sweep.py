@@ -35,7 +35,7 @@ def test_the_list_shows_every_call(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["9"], "call='9': give one of 1, 2, 3, 4, 5, all"),
+    (["99"], f"call='99': give one of {', '.join(str(n) for n in range(1, len(sweep.CALLS) + 1))}, all"),
     ([], "call=None: give one of"),
 ])
 def test_bad_calls_exit_2(argv, message, capsys):

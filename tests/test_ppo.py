@@ -51,6 +51,9 @@ def test_gae_bootstraps_from_next_value_when_the_rollout_ends_mid_episode():
         (dict(height=100), ValueError, r"height=100 must be an int in \[4, 64\]"),
         (dict(seed=2**64), ValueError, "seed=18446744073709551616 must be a seed"),
         (dict(device="tpu"), ValueError, "device='tpu' is not a device"),
+        (dict(accumulation_steps=0), ValueError, "accumulation_steps=0 must be an int >= 1"),
+        (dict(num_envs=8, num_steps=4, num_minibatches=2, accumulation_steps=17), ValueError,
+         r"accumulation_steps=17 is larger than the minibatch \(16 = num_envs \* num_steps / num_minibatches"),
     ],
 )
 def test_bad_config_raises(kwargs, error, message):

@@ -79,6 +79,10 @@ CALLS = (
          (Step("suite", "syncs"), Step("suite", "launch"))),
     Call("notebook 05: host-device copies, then every replay buffer", 7.0,
          (Step("suite", "transfers"), Step("suite", "replay"))),
+    Call("notebook 06: samples/s and peak memory against batch size, the largest batch that fits", 4.0,
+         (Step("suite", "batch_size"),)),
+    Call("notebooks 07 and 08: accumulation steps, then precisions by width and PPO in bf16", 5.0,
+         (Step("suite", "accumulation"), Step("suite", "precision"))),
     Call("time to a mean score: PPO on the GPU, three seeds of 120 s", 7.0,
          (Step("suite", "training", {"setups": ("ours",), "seeds": (0, 1, 2), "budget_s": 120.0}),)),
 )

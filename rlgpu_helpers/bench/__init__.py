@@ -16,5 +16,8 @@ The suites, each measuring what its lesson teaches:
 - ``launch``: the two ceilings of an env's step: launches x their latency, bytes / bandwidth (04);
 - ``transfers``: host-device copies, pageable or pinned, blocking or not, by size (05);
 - ``replay``: samples/s and memory of every replay buffer, and DQN steps/s with each (05);
+- ``batch_size``: samples/s and peak memory by batch size, the largest batch, utilization (06);
+- ``accumulation``: peak memory and time per update against accumulation steps (07);
+- ``precision``: step time and memory by width and precision, PPO learning in each (08);
 - ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11).
 """

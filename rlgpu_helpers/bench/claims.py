@@ -38,6 +38,8 @@ OUTCOMES = (HELD, PARTLY, NOT_HELD, WITHIN_NOISE)
 
 GUIDE_GPU_RL = "GPU Utilization for Reinforcement Learning (guide)"
 GUIDE_SNAKE_OPT = "Performance Optimizations for Snake RL Training (guide)"
+GUIDE_UARA_DRL = "GPU Optimization Guide for UARA-DRL (guide)"
+GUIDE_TETRIS = "GPU-Optimized DQN Tetris Training (guide)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +127,30 @@ CLAIMS = _claims(
           "repeated CPU-GPU transfers", 1.0, math.inf, "x", "speedup",
           "sampling from a buffer on the GPU against a buffer in pageable host memory", "05"),
     # notebook 06: batch size and memory
+    Claim("batch-rtx-3060-3070", GUIDE_GPU_RL, "Optimal Batch Sizes ... RTX 3060/3070: 64-128", 64, 128,
+          "samples", "figure", "the batch from which the update's samples/s stops growing, on an RTX 3060 or 3070",
+          "06"),
+    Claim("batch-rtx-3080-3090", GUIDE_GPU_RL, "Optimal Batch Sizes ... RTX 3080/3090: 256-512", 256, 512,
+          "samples", "figure", "the batch from which the update's samples/s stops growing, on an RTX 3080 or 3090",
+          "06"),
+    Claim("batch-rtx-4090", GUIDE_GPU_RL, "Optimal Batch Sizes ... RTX 4090: 512-1024", 512, 1024, "samples",
+          "figure", "the batch from which the update's samples/s stops growing, on an RTX 4090", "06"),
+    Claim("batch-a100", GUIDE_GPU_RL, "Optimal Batch Sizes ... A100: 1024-2048", 1024, 2048, "samples",
+          "figure", "the batch from which the update's samples/s stops growing, on an A100", "06"),
+    Claim("larger-batches-utilize", GUIDE_GPU_RL, "Larger batches better utilize GPU", 1.0, math.inf, "x",
+          "speedup", "samples/s of the update at the largest batch measured against batch 64, on a GPU", "06"),
+    Claim("utilization-70-90", GUIDE_UARA_DRL, "Better GPU utilization (70-90% vs 10-30% previously)", 70, 90,
+          "%", "figure", "NVML utilization averaged over a PPO training run on a GPU", "06"),
     # notebook 08: mixed precision
+    Claim("amp-speedup", GUIDE_GPU_RL, "Mixed Precision Training ... 2-3x speedup on modern GPUs", 2.0, 3.0, "x",
+          "speedup", "a training step in 16-bit autocast against fp32, on a GPU, at the widest net measured", "08"),
+    Claim("amp-memory", GUIDE_GPU_RL, "Mixed Precision Training ... 2x memory reduction", 2.0, 2.0, "x", "speedup",
+          "the memory of a training step in fp32 over that in 16-bit autocast, at the widest net measured", "08"),
+    Claim("fp16-speedup", GUIDE_SNAKE_OPT, "Mixed precision training (FP16) can provide an additional 2-3x speedup",
+          2.0, 3.0, "x", "speedup", "a training step in fp16 autocast against fp32, on a GPU, at the widest net "
+          "measured", "08"),
+    Claim("amp-up-to-2x", GUIDE_TETRIS, "Uses Automatic Mixed Precision (AMP) for up to 2x speedup", 1.0, 2.0, "x",
+          "speedup", "a training step in 16-bit autocast against fp32, on a GPU, at the widest net measured", "08"),
     # notebook 02: the cheap tunings of the naive loop (a 2-core CPU, per the guide)
     Claim("loop-tunings", GUIDE_SNAKE_OPT, "Baseline: ~435 steps/second; Optimized: ~2050 steps/second; "
           "Speedup: 4.7x faster", 2050 / 435, 2050 / 435, "x", "speedup",

@@ -74,8 +74,11 @@ LAUNCHES = "launches per step"
 BYTES = "bytes per game"
 CEILING_NAME = "env_step_ceilings"
 
-# Kineto's own progress lines ("USDT:2026-01-31 12:00:00 123:123 File.cpp:52] profiler_start").
-_KINETO_CHATTER = re.compile(r"^(USDT|STAGE|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\]")
+# Kineto's own progress lines ("USDT:2026-01-31 12:00:00 123:123 File.cpp:52] profiler_start"), and the
+# CPU allocator's note that a block allocated before profiling was freed during it (memory profiling).
+_KINETO_CHATTER = re.compile(r"^(USDT|STAGE|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\]"
+                             r"|^\[W\d+ [\d:.]+ CPUAllocator\.cpp:\d+\] Memory block of unknown size was allocated "
+                             r"before the profiling started")
 
 
 @contextlib.contextmanager

@@ -14,10 +14,13 @@ from collections.abc import Callable
 
 import torch
 
+from .accumulation import measure_accumulation
+from .batch_size import measure_batch_size
 from .ceilings import measure_ceilings
 from .envs import measure_env_throughput, measure_sync_costs
 from .launch import measure_launch
 from .loop import measure_tunings
+from .precision import measure_precision
 from .records import Record
 from .replay import measure_replay
 from .time_to_score import measure_training
@@ -41,5 +44,8 @@ SUITES = {
     "launch": Suite(measure_launch, "04: the two ceilings of a step: launches and bytes moved"),
     "transfers": Suite(measure_transfers, "05: host-device copies, pageable or pinned, and a side-stream prefetch"),
     "replay": Suite(measure_replay, "05: samples/s and memory of every replay buffer, DQN steps/s with each"),
+    "batch_size": Suite(measure_batch_size, "06: samples/s and peak memory against batch size, the largest batch"),
+    "accumulation": Suite(measure_accumulation, "07: peak memory and time per update against accumulation steps"),
+    "precision": Suite(measure_precision, "08: step time and memory by precision and width, PPO in bf16"),
     "training": Suite(measure_training, "11: time to a mean score, PPO against the baselines"),
 }

@@ -10,6 +10,13 @@ with ``gpu.sync.audit_syncs``). Actions are sampled with the Gumbel-max trick ra
 ``Categorical.sample``, whose ``multinomial`` synchronizes on torch 2.4. The only host read is
 once per iteration, to hand the scores of the games that finished to the progress bar.
 
+Gradient accumulation (notebook 07): ``PPOConfig.accumulation_steps = K`` takes each minibatch in K
+micro-batches, one forward and backward pass each, and steps the optimizer once
+(``gpu.accumulate.accumulated_step``). The update stays exactly the unaccumulated one: the
+advantages are normalized with the mean and standard deviation of the whole minibatch, and each
+micro-batch's loss is weighted by its share of the minibatch. ``K = 1`` is the ordinary update,
+operation for operation.
+
 Auto-reset happens inside the env step (``AutoresetMode.SAME_STEP``). A game cut off by the step
 limit (``truncated``) did not end: its reward is topped up with the discounted value of its real
 last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
@@ -22,10 +29,10 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from torch import nn
 
-from ..core.checks import check_bool, check_int, check_number, check_seed
+from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
+from ..gpu.accumulate import accumulate_gradients, accumulated_step
 from ..snake import rules
 from ..snake.vec import VecSnake
 from .nets import ActorCritic
@@ -61,7 +68,12 @@ class PPOConfig:
     vf_coef: float = 0.5
     """Weight of the value loss."""
     max_grad_norm: float = 0.5
-    """Gradient clipping threshold (global L2 norm)."""
+    """Gradient clipping threshold (global L2 norm), applied once per minibatch to the summed gradient."""
+    accumulation_steps: int = 1
+    """Micro-batches per minibatch (notebook 07): each minibatch's gradient is accumulated over this
+    many forward and backward passes before the one optimizer step, so the update needs the memory
+    of a micro-batch (``minibatch / accumulation_steps`` transitions, the first ones a transition
+    larger when it does not divide) and gives exactly the same update. 1: no accumulation."""
     hidden: int = 64
     """Width of the hidden layers."""
     seed: int = 0
@@ -70,7 +82,7 @@ class PPOConfig:
     def __post_init__(self):
         rules.check_obs_type(self.obs_type)
         rules.check_grid_size(self.height, self.width)
-        for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden"):
+        for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "accumulation_steps"):
             check_int(name, getattr(self, name), 1)
         check_bool("anneal_lr", self.anneal_lr)
         check_seed("seed", self.seed)
@@ -79,6 +91,12 @@ class PPOConfig:
             raise ValueError(
                 f"num_envs * num_steps ({self.num_envs * self.num_steps}) must be divisible by "
                 f"num_minibatches ({self.num_minibatches})"
+            )
+        minibatch = self.num_envs * self.num_steps // self.num_minibatches
+        if self.accumulation_steps > minibatch:
+            raise ValueError(
+                f"accumulation_steps={self.accumulation_steps} is larger than the minibatch ({minibatch} = "
+                f"num_envs * num_steps / num_minibatches transitions): every micro-batch needs at least one transition"
             )
         for name in ("gamma", "gae_lambda"):
             check_number(name, getattr(self, name), at_least=0, at_most=1)
@@ -210,29 +228,64 @@ class PPO:
 
     def _update(self):
         c = self.config
-        obs = self.obs.flatten(0, 1)
-        actions, logprobs = self.actions.flatten(), self.logprobs.flatten()
-        advantages, returns = self.advantages.flatten(), self.returns.flatten()
-        batch = obs.shape[0]
+        batch = c.num_envs * c.num_steps
         minibatch = batch // c.num_minibatches
         for _ in range(c.update_epochs):
             order = torch.randperm(batch, device=self.device)
             for start in range(0, batch, minibatch):
                 idx = order[start : start + minibatch]
-                logits, value = self.model(obs[idx])
-                log_all = torch.log_softmax(logits, -1)
-                new_logprob = log_all.gather(1, actions[idx, None]).squeeze(1)
-                ratio = (new_logprob - logprobs[idx]).exp()
-                adv = advantages[idx]
+                accumulated_step(self.optimizer, self._minibatch_loss(idx), idx,
+                                 accumulation_steps=c.accumulation_steps, max_grad_norm=c.max_grad_norm)
+
+    def _minibatch_loss(self, idx: torch.Tensor, normalize_advantages_over: str = "minibatch"):
+        """PPO's loss on the transitions ``idx`` of the flattened rollout, as a function of a piece of ``idx``.
+
+        The returned ``loss(rows)`` is the mean clipped-objective loss over the transitions
+        ``rows`` (a micro-batch of ``idx``, or ``idx`` itself). Advantages are normalized with
+        the mean and standard deviation of the whole minibatch ``idx``, computed here once, so
+        that every micro-batch sees the same normalization as the unaccumulated update.
+        ``normalize_advantages_over="micro-batch"`` normalizes each micro-batch with its own
+        statistics instead: the classic mistake, kept so that notebook 07 can show what it does.
+        """
+        c = self.config
+        check_choice("normalize_advantages_over", normalize_advantages_over, ("minibatch", "micro-batch"))
+        obs = self.obs.flatten(0, 1)
+        actions, logprobs = self.actions.flatten(), self.logprobs.flatten()
+        advantages, returns = self.advantages.flatten(), self.returns.flatten()
+        whole = advantages[idx]
+        mean, std = whole.mean(), whole.std()
+
+        def loss(rows: torch.Tensor) -> torch.Tensor:
+            logits, value = self.model(obs[rows])
+            log_all = torch.log_softmax(logits, -1)
+            new_logprob = log_all.gather(1, actions[rows, None]).squeeze(1)
+            ratio = (new_logprob - logprobs[rows]).exp()
+            adv = advantages[rows]
+            if normalize_advantages_over == "minibatch":
+                adv = (adv - mean) / (std + 1e-8)
+            else:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip_coef, 1 + c.clip_coef)).mean()
-                value_loss = 0.5 * (value - returns[idx]).pow(2).mean()
-                entropy = -(log_all.exp() * log_all).sum(-1).mean()
-                loss = policy_loss + c.vf_coef * value_loss - c.ent_coef * entropy
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
-                self.optimizer.step()
+            policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip_coef, 1 + c.clip_coef)).mean()
+            value_loss = 0.5 * (value - returns[rows]).pow(2).mean()
+            entropy = -(log_all.exp() * log_all).sum(-1).mean()
+            return policy_loss + c.vf_coef * value_loss - c.ent_coef * entropy
+
+        return loss
+
+    def minibatch_gradient(self, idx: torch.Tensor, *, accumulation_steps: int | None = None,
+                           normalize_advantages_over: str = "minibatch") -> torch.Tensor:
+        """Set every ``.grad`` to the gradient of PPO's loss on minibatch ``idx``, and return the loss.
+
+        ``idx`` indexes the flattened rollout of the last ``_collect`` (``num_steps * num_envs``
+        transitions). The gradient is accumulated over ``accumulation_steps`` micro-batches
+        (default: the config's), exactly as an update does it, but neither clipped nor applied:
+        notebook 07 and the tests compare it across accumulation steps. For
+        ``normalize_advantages_over`` see ``_minibatch_loss``.
+        """
+        steps = self.config.accumulation_steps if accumulation_steps is None else accumulation_steps
+        self.optimizer.zero_grad(set_to_none=True)
+        return accumulate_gradients(self._minibatch_loss(idx, normalize_advantages_over), idx,
+                                    accumulation_steps=steps)
 
     def state_dict(self) -> dict:
         """Model, optimizer, env and counters (``training.train`` adds the RNG states)."""

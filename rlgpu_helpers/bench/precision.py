@@ -1,0 +1,363 @@
+"""The ``precision`` bench suite: speed, memory and learning in each precision (notebook 08).
+
+``python -m rlgpu_helpers bench precision`` runs :func:`measure_precision`, two measurements:
+
+* ``"precision_step"`` and ``"precision_memory"`` (:func:`step_records`): one training step of
+  the Snake actor-critic (``gpu.precision.TrainStep``) at hidden widths from the Snake net's 64
+  up to 4,096, in every precision the device has (``gpu.precision.available_precisions``): the
+  step time (ms) and its memory: the most it holds at any moment (``gpu.memory.peak_memory``: the
+  CUDA allocator's peak, or the CPU allocator's as the profiler counts it) plus the weights and
+  Adam's moments it keeps between steps. A precision a CPU only emulates (fp16 without AMX-FP16) is measured at the
+  small widths only, where its step still takes a moment;
+* ``"precision_ppo"`` (:func:`ppo_records`): notebook 11's PPO trained for the same env steps
+  from the same seed in fp32 and in bf16 autocast (where the device multiplies bf16 natively):
+  the mean score at the end and env steps/s, with the learning curves for plotting.
+
+:func:`precision_claim_checks` judges the guides' statements on mixed precision, and
+:func:`target_checks` the lesson's GPU target (bf16 at least twice fp32 from width 1,024).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ..core.checks import check_choices, check_int, check_ints
+from ..core.config import pick
+from ..core.device import device_report, get_device, machine_label
+from ..gpu.memory import peak_memory
+from ..gpu.precision import (
+    PRECISIONS,
+    PrecisionPolicy,
+    TrainStep,
+    autocast,
+    available_precisions,
+    device_traits,
+    step_flops,
+)
+from ..learn.ppo import PPO, PPOConfig, suggested_settings
+from ..learn.training import train
+from .claims import CLAIMS, judge, speedup_spread
+from .envs import ClaimCheck
+from .records import Record, check_records
+from .report import Table, format_number
+from .timing import time_callable
+
+NAME = "precision_step"
+MEMORY_NAME = "precision_memory"
+PPO_NAME = "precision_ppo"
+MEMORY_METRIC = "peak memory"
+"""The memory of a step: what it holds at its peak (``gpu.memory.peak_memory``) plus the weights and
+Adam's moments it keeps between steps (``TrainStep.standing_bytes``)."""
+EMULATED_MAX_HIDDEN = 256
+"""The widest net a precision the device only emulates is measured at (fp16 on most CPUs)."""
+TARGET_HIDDEN, TARGET_SPEEDUP = 1024, 2.0
+"""The lesson's GPU target: bf16 at least ``TARGET_SPEEDUP`` x fp32 from this width up."""
+SIXTEEN_BIT = ("bf16", "fp16")
+
+
+def default_hiddens() -> tuple[int, ...]:
+    return pick(full=(64, 256, 1024, 4096), quick=(64, 256))
+
+
+def default_batch_size(device: str | torch.device | None = None) -> int:
+    """4,096 on a GPU (a smaller batch leaves it idle, notebook 06), 256 on a CPU (128 in quick mode)."""
+    return 4096 if get_device(device, param="device").type == "cuda" else pick(full=256, quick=128)
+
+
+def _label(device: torch.device, machine: str | None) -> str:
+    return machine if machine is not None else machine_label(device_report(device))
+
+
+def step_records(device: str | torch.device | None = None, *, hiddens=None, batch_size: int | None = None,
+                 precisions=None, progress: bool = True, machine: str | None = None) -> list[Record]:
+    """Step time (``"precision_step"``, ms) and memory (``"precision_memory"``, MiB) of a
+    ``TrainStep`` for each width in ``hiddens`` and each precision (default: all the device has).
+
+    Params: ``{"hidden", "batch_size", "device"}``; the variant is the precision. Each time is
+    the median of runs of about 0.1 s (spread: the IQR).
+    """
+    device = get_device(device, param="device")
+    traits = device_traits(device)
+    hiddens = default_hiddens() if hiddens is None else check_ints("hiddens", hiddens)
+    batch_size = default_batch_size(device) if batch_size is None else check_int("batch_size", batch_size)
+    have = available_precisions(traits)
+    precisions = have if precisions is None else check_choices("precisions", precisions, have)
+    emulated = {"bf16": not traits.bf16_native, "fp16": not traits.fp16_native}
+    label, records, skipped = _label(device, machine), [], set()
+    jobs = [(hidden, precision) for hidden in hiddens for precision in precisions]
+    for hidden, precision in tqdm(jobs, desc="precision x width", disable=not progress):
+        if emulated.get(precision) and hidden > EMULATED_MAX_HIDDEN:
+            skipped.add(precision)
+            continue
+        step = TrainStep(precision, hidden, batch_size, device)
+        probe = time_callable(step, warmup=2, repeats=1, device=device).median
+        number = max(1, math.ceil(pick(full=0.1, quick=0.01) / max(probe, 1e-9)))
+        timing = time_callable(step, warmup=number, repeats=pick(full=5, quick=3), number=number, device=device)
+        params = {"hidden": hidden, "batch_size": batch_size, "device": device.type}
+        records.append(Record(NAME, precision, "step time", timing.median * 1e3, "ms", params, timing.iqr * 1e3, label))
+        peak = peak_memory(step, device) + step.standing_bytes()
+        records.append(Record(MEMORY_NAME, precision, MEMORY_METRIC, peak / 2**20, "MiB", params, None, label))
+        del step
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    for precision in sorted(skipped):
+        print(f"{precision}: measured only up to width {EMULATED_MAX_HIDDEN} on {device.type}: this device "
+              f"emulates it, so one step of a wider net takes far longer than fp32's")
+    return records
+
+
+def learning_precisions(device: str | torch.device | None = None) -> tuple[str, ...]:
+    """fp32, and bf16 where the device multiplies it natively (an fp16 PPO would need a GradScaler in its update)."""
+    return ("fp32", "bf16") if device_traits(device).bf16_native else ("fp32",)
+
+
+def default_ppo_steps(device: str | torch.device | None = None) -> int:
+    """Env steps per PPO run: enough to see learning, within the notebook's budget."""
+    on_gpu = get_device(device, param="device").type == "cuda"
+    return pick(full=5_000_000 if on_gpu else 240_000, quick=16_384)
+
+
+def ppo_config(device: str | torch.device | None = None, seed: int = 0) -> PPOConfig:
+    """The PPO of the comparison: ``suggested_settings`` on a GPU, a smaller rollout on a CPU."""
+    device = get_device(device, param="device")
+    settings = suggested_settings(device) if device.type == "cuda" else {"num_envs": 256, "num_steps": 32}
+    return PPOConfig(device=str(device), seed=seed, **settings)
+
+
+def ppo_runs(device: str | torch.device | None = None, *, precisions=None, steps: int | None = None,
+             seed: int = 0, progress: bool = True) -> dict:
+    """Train ``ppo_config(device, seed)`` for ``steps`` env steps in each precision; the ``TrainingResult`` of each.
+
+    A precision runs as a ``PrecisionPolicy`` wrapped around the whole run (``gpu.precision.autocast``):
+    acting, the rollout and the update all in that autocast; PPO itself is unchanged.
+    """
+    device = get_device(device, param="device")
+    precisions = learning_precisions(device) if precisions is None else check_choices(
+        "precisions", precisions, ("fp32", "bf16"))
+    steps = default_ppo_steps(device) if steps is None else check_int("steps", steps)
+    results = {}
+    for precision in precisions:
+        policy = PrecisionPolicy(device.type, precision, False, False, (f"{precision} for the comparison",))
+        learner = PPO(ppo_config(device, seed))
+        with autocast(policy, device):
+            results[precision] = train(learner, steps=steps, progress=progress)
+    return results
+
+
+def ppo_records(results: dict, device: str | torch.device | None = None, machine: str | None = None) -> list[Record]:
+    """The final mean score (food per game, last 100 games) and env steps/s of each run of :func:`ppo_runs`."""
+    device = get_device(device, param="device")
+    label, records = _label(device, machine), []
+    for precision, result in results.items():
+        params = {"env_steps": result.env_steps, "num_envs": result.config["num_envs"], "device": device.type}
+        if result.mean_score is not None:
+            records.append(Record(PPO_NAME, precision, "mean score", result.mean_score, "food/game", params, None, label))
+        records.append(Record(PPO_NAME, precision, "throughput", result.steps_per_second, "steps/s", params, None,
+                              label))
+    return records
+
+
+def measure_precision(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
+    """The ``precision`` bench suite (see the module docstring): about 3 minutes on 2 CPU cores."""
+    device = get_device(device, param="device")
+    return step_records(device, progress=progress) + ppo_records(ppo_runs(device, progress=progress), device)
+
+
+# ---------------------------------------------------------------------------- reading the records
+
+def _steps(records) -> list[Record]:
+    return [r for r in check_records(records) if r.name == NAME]
+
+
+def _at(records: list[Record], machine: str, device: str, hidden: int, precision: str) -> Record | None:
+    return next((r for r in records if r.machine == machine and r.params["device"] == device
+                 and r.params["hidden"] == hidden and r.variant == precision), None)
+
+
+def _speedup(base: Record, fast: Record) -> tuple[float, float]:
+    """``base`` time over ``fast`` time, with the spread of a ratio of two measurements."""
+    ratio = base.value / fast.value
+    return ratio, speedup_spread(ratio, (base.spread or 0) / base.value, (fast.spread or 0) / fast.value)
+
+
+def _setups(records: list[Record]) -> list[tuple[str, str]]:
+    return list(dict.fromkeys((r.machine, r.params["device"]) for r in records))
+
+
+def step_table(records: Sequence[Record]) -> Table:
+    """Per machine, device and width: the work of a step, each precision's time and speedup over fp32,
+    fp32's achieved GFLOP/s."""
+    steps = _steps(records)
+    precisions = [p for p in PRECISIONS if any(r.variant == p for r in steps)]
+    rows = []
+    for machine, device in _setups(steps):
+        for hidden in sorted({r.params["hidden"] for r in steps if r.machine == machine}):
+            base = _at(steps, machine, device, hidden, "fp32")
+            if base is None:
+                continue
+            flops = step_flops(hidden, base.params["batch_size"])
+            cells = []
+            for precision in precisions:
+                found = _at(steps, machine, device, hidden, precision)
+                cells.append(f"{format_number(found.value)} ({base.value / found.value:.2f}x)" if found else "")
+            rows.append([machine, device, f"{hidden:,}", f"{base.params['batch_size']:,}", format_number(flops / 1e9),
+                         *cells, format_number(flops / (base.value / 1e3) / 1e9)])
+    columns = ["machine", "device", "hidden width", "batch", "work (GFLOP/step)",
+               *(f"{p} step (ms, speedup)" for p in precisions), "fp32 achieved (GFLOP/s)"]
+    return Table(columns, rows, [False, False, True, True, True, *([True] * len(precisions)), True])
+
+
+def memory_table(records: Sequence[Record]) -> Table:
+    """Memory of a step per width and precision, and fp32's over each (how many times smaller)."""
+    memory = [r for r in check_records(records) if r.name == MEMORY_NAME]
+    precisions = [p for p in PRECISIONS if any(r.variant == p for r in memory)]
+    rows = []
+    for machine, device in _setups(memory):
+        for hidden in sorted({r.params["hidden"] for r in memory if r.machine == machine}):
+            base = _at(memory, machine, device, hidden, "fp32")
+            if base is None:
+                continue
+            cells = []
+            for precision in precisions:
+                found = _at(memory, machine, device, hidden, precision)
+                cells.append(f"{format_number(found.value)} ({base.value / found.value:.2f}x)" if found else "")
+            rows.append([machine, device, f"{hidden:,}", *cells])
+    columns = ["machine", "device", "hidden width", *(f"{p} (MiB, fp32 over it)" for p in precisions)]
+    return Table(columns, rows, [False, False, True, *([True] * len(precisions))])
+
+
+def small_net_summary(records: Sequence[Record]) -> list[str]:
+    """Per machine and device: from the smallest width to the next, how the work and fp32's step time grew.
+
+    Work that grows many times while the time barely moves means the step is paying a fixed cost
+    per call (Python, kernel launches, the optimizer's loop), not arithmetic.
+    """
+    steps, lines = _steps(records), []
+    for machine, device in _setups(steps):
+        hiddens = sorted({r.params["hidden"] for r in steps if r.machine == machine and r.variant == "fp32"})
+        if len(hiddens) < 2:
+            continue
+        small, next_up = (_at(steps, machine, device, h, "fp32") for h in hiddens[:2])
+        work = step_flops(hiddens[1], next_up.params["batch_size"]) / step_flops(hiddens[0], small.params["batch_size"])
+        lines.append(f"{machine} ({device}): width {hiddens[0]} -> {hiddens[1]}: {work:.1f}x the work, "
+                     f"fp32 step time {next_up.value / small.value:.2f}x")
+    return lines
+
+
+def target_checks(records: Sequence[Record]) -> Table:
+    """The lesson's GPU target on each GPU machine: bf16 ≥ ``TARGET_SPEEDUP`` x fp32 at every width ≥ ``TARGET_HIDDEN``."""
+    steps, rows = _steps(records), []
+    for machine, device in _setups(steps):
+        if device != "cuda":
+            continue
+        for hidden in sorted({r.params["hidden"] for r in steps if r.machine == machine and r.params["hidden"]
+                              >= TARGET_HIDDEN}):
+            base, fast = _at(steps, machine, device, hidden, "fp32"), _at(steps, machine, device, hidden, "bf16")
+            target = f"bf16 ≥ {TARGET_SPEEDUP:g}x fp32, width {hidden:,} ({machine})"
+            if base is None or fast is None:
+                rows.append([target, "not measured", ""])
+                continue
+            ratio, spread = _speedup(base, fast)
+            rows.append([target, f"{format_number(ratio)} ± {format_number(spread)}x",
+                         "met" if ratio >= TARGET_SPEEDUP else "missed"])
+    if not rows:
+        rows.append([f"bf16 ≥ {TARGET_SPEEDUP:g}x fp32 from width {TARGET_HIDDEN:,}, on a GPU",
+                     "not measured: no GPU record in these records", ""])
+    return Table(["target", "measured (fp32 time over bf16 time)", "outcome"], rows, [False, True, False])
+
+
+NO_GPU = "no GPU record, from this run or in data/reference/ (the GPU sweep's `bench precision` measures it)"
+SPEED_CLAIMS = {"amp-speedup": SIXTEEN_BIT, "amp-up-to-2x": SIXTEEN_BIT, "fp16-speedup": ("fp16",)}
+"""The speed claims, and the 16-bit formats that may answer each (the faster one measured does)."""
+
+
+def _best(records: list[Record], machine: str, device: str, formats) -> tuple[Record, Record, str] | None:
+    """At the widest width measured in fp32: the fp32 record, the fastest of ``formats``, and its name."""
+    hiddens = [r.params["hidden"] for r in records if r.machine == machine and r.params["device"] == device
+               and r.variant == "fp32"]
+    if not hiddens:
+        return None
+    hidden = max(hiddens)
+    base = _at(records, machine, device, hidden, "fp32")
+    found = [r for r in (_at(records, machine, device, hidden, p) for p in formats) if r is not None]
+    if not found:
+        return None
+    fast = min(found, key=lambda r: r.value)
+    return base, fast, fast.variant
+
+
+def precision_claim_checks(records: Sequence[Record], reference: Sequence[Record] = ()) -> list[ClaimCheck]:
+    """The guides' statements on mixed precision, each beside the measurement that answers it.
+
+    * speed ("amp-speedup", "amp-up-to-2x", "fp16-speedup"): fp32 step time over the fastest
+      16-bit autocast allowed, at the widest width measured, one check per GPU machine (``records``
+      first, then ``reference``); they are about GPUs, so a CPU answers none of them;
+    * "amp-memory": fp32's memory over the 16-bit precision's, at the widest width, on every
+      machine (bf16 on a CPU, the smaller of bf16 and fp16 on a GPU).
+    """
+    steps = _steps(list(records) + list(reference))
+    memory = [r for r in check_records(list(records) + list(reference)) if r.name == MEMORY_NAME]
+    gpus = [(m, d) for m, d in _setups(steps) if d == "cuda"]
+    checks = []
+    for key, formats in SPEED_CLAIMS.items():
+        claim = CLAIMS[key]
+        for machine, device in gpus:
+            found = _best(steps, machine, device, formats)
+            if found is None:
+                checks.append(ClaimCheck(claim, f"{machine}: no fp32 and {'/'.join(formats)} step records"))
+                continue
+            base, fast, name = found
+            checks.append(ClaimCheck(claim, f"fp32 over {name}, width {base.params['hidden']:,}, batch "
+                                            f"{base.params['batch_size']:,}, cuda, {machine}",
+                                     judge(claim, *_speedup(base, fast))))
+        if not gpus:
+            checks.append(ClaimCheck(claim, NO_GPU))
+    claim = CLAIMS["amp-memory"]
+    for machine, device in _setups(memory):
+        found = _best(memory, machine, device, SIXTEEN_BIT if device == "cuda" else ("bf16",))
+        if found is None:
+            continue
+        base, small, name = found
+        checks.append(ClaimCheck(claim, f"peak memory of a step, fp32 over {name}, width {base.params['hidden']:,}, "
+                                        f"batch {base.params['batch_size']:,}, {device}, {machine}",
+                                 judge(claim, base.value / small.value)))
+    if not memory:
+        checks.append(ClaimCheck(claim, "no memory record in these records"))
+    return checks
+
+
+def ppo_table(records: Sequence[Record]) -> Table:
+    """Per machine and precision: the PPO run's env steps, its final mean score and its env steps/s."""
+    ppo = [r for r in check_records(records) if r.name == PPO_NAME]
+    rows = []
+    for machine, device, precision in dict.fromkeys((r.machine, r.params["device"], r.variant) for r in ppo):
+        mine = {r.metric: r for r in ppo if (r.machine, r.params["device"], r.variant) == (machine, device, precision)}
+        steps = next(iter(mine.values())).params["env_steps"]
+        score = format_number(mine["mean score"].value) if "mean score" in mine else "no game finished"
+        rate = format_number(mine["throughput"].value) if "throughput" in mine else ""
+        rows.append([machine, device, precision, f"{steps:,}", score, rate])
+    return Table(["machine", "device", "precision", "env steps", "mean score, last 100 games (food/game)",
+                  "env steps/s"], rows, [False, False, False, True, True, True])
+
+
+def plot_learning(results: dict):
+    """Learning curves of :func:`ppo_runs`: mean score of the last 100 games against env steps, one line per precision."""
+    import matplotlib.pyplot as plt
+
+    if not isinstance(results, dict) or not results:
+        raise ValueError(f"results={results!r} must be the non-empty dict ppo_runs returns")
+    fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    for precision, result in results.items():
+        points = [p for p in result.curve if p["mean_score"] is not None]
+        ax.plot([p["env_steps"] for p in points], [p["mean_score"] for p in points], marker="o", markersize=3,
+                label=f"{precision} autocast" if precision != "fp32" else "fp32")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("mean score, last 100 games (food/game)")
+    ax.set_title("PPO on Snake: the same seed and budget in each precision")
+    ax.legend()
+    plt.close(fig)  # shown once, as the cell's value
+    return fig

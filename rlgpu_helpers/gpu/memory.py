@@ -1,0 +1,188 @@
+"""Peak memory of a call, and the largest batch that fits (introduced in notebook 06).
+
+A bigger batch keeps a GPU busier until its memory runs out. Two helpers answer "how much memory
+does one step take?" and "how big a batch fits?":
+
+* :func:`peak_memory` runs a call once and returns the most memory it held at any moment beyond
+  what was allocated before it. On a GPU that is ``torch.cuda.max_memory_allocated`` after
+  ``reset_peak_memory_stats`` (the caching allocator's own count; ``nvidia-smi`` shows more,
+  because the cache keeps freed blocks). On a CPU it is the profiler's memory accounting
+  (``profile_memory=True``): every allocation and free the CPU allocator reports while the call
+  runs, added up in time order; the peak of that running sum.
+* :func:`find_max_batch_size` doubles the batch until a step raises ``torch.OutOfMemoryError``,
+  then bisects between the last batch that fit and the first that did not. The error is
+  recovered *outside* the ``except`` block: inside it the traceback still holds the failed
+  step's tensors, so their memory could not go back to the allocator (pytorch/pytorch#18853).
+  It returns the largest batch that fits, and that batch less a safety margin: memory
+  fragments, and a step that fits once may not fit beside what the next iteration keeps.
+
+A CPU has no out-of-memory error to find (the operating system swaps, or kills the process).
+There the search runs against an explicit **budget** (``budget_bytes``): a batch whose
+:func:`peak_memory` exceeds the budget counts as not fitting (:func:`within_budget` raises
+``torch.OutOfMemoryError`` for it). It is a budget the caller chose, not the machine's memory; the
+same code and tests run everywhere, and on a GPU without a budget the card's real limit decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+from collections.abc import Callable
+
+import torch
+
+from ..bench.launch import quiet_profiler
+from ..core.checks import check_int, check_number
+from ..core.device import get_device, synchronize
+
+OUT_OF_MEMORY = (torch.OutOfMemoryError,)
+"""What a device raises when an allocation does not fit (``torch.cuda.OutOfMemoryError`` is it)."""
+MIB = 2**20
+
+
+def _check_callable(name: str, fn) -> None:
+    if not callable(fn):
+        raise TypeError(f"{name}={fn!r} must be callable")
+
+
+def peak_memory(fn: Callable[[], object], device: str | torch.device | None = None) -> int:
+    """Bytes ``fn()`` held at its peak beyond what was allocated when it started (see the module
+    docstring for how, on a GPU and on a CPU)."""
+    _check_callable("fn", fn)
+    device = get_device(device, param="device")
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        synchronize(device)
+        return max(0, torch.cuda.max_memory_allocated(device) - before)
+    from torch.profiler import ProfilerActivity, profile
+
+    with quiet_profiler(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    held = peak = 0
+    for event in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                        key=lambda e: e.start_ns()):
+        held += event.nbytes()
+        peak = max(peak, held)
+    return peak
+
+
+def release_memory(device: str | torch.device | None = None) -> None:
+    """Collect garbage and hand the caching allocator's free blocks back (after an OOM)."""
+    device = get_device(device, param="device")
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def within_budget(step: Callable[[int], object], budget_bytes: int,
+                  device: str | torch.device | None = None) -> Callable[[int], int]:
+    """``step`` under a memory budget: a call runs ``step(batch)`` through :func:`peak_memory` and
+    returns its peak in bytes, or raises ``torch.OutOfMemoryError`` when the peak exceeds
+    ``budget_bytes`` (a budget, not the device running out: the step did run)."""
+    _check_callable("step", step)
+    budget_bytes = check_int("budget_bytes", budget_bytes)
+    device = get_device(device, param="device")
+
+    def budgeted(batch: int) -> int:
+        peak = peak_memory(lambda: step(batch), device)
+        if peak > budget_bytes:
+            raise torch.OutOfMemoryError(
+                f"batch {batch}: peak {peak:,} B is over the budget of {budget_bytes:,} B (a budget, not a real OOM)")
+        return peak
+
+    return budgeted
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSearch:
+    """What :func:`find_max_batch_size` found: every batch tried (in order) and whether it fit."""
+
+    trials: tuple[tuple[int, bool], ...]
+    margin: float
+    budget_bytes: int | None
+    max_batch: int
+
+    @property
+    def largest_fit(self) -> int | None:
+        """The largest batch that fit (None: not even the first)."""
+        return max((b for b, fit in self.trials if fit), default=None)
+
+    @property
+    def first_failure(self) -> int | None:
+        """The smallest batch that did not fit (None: every batch up to ``max_batch`` fit)."""
+        return min((b for b, fit in self.trials if not fit), default=None)
+
+    @property
+    def batch_size(self) -> int | None:
+        """The batch to use: the largest that fit, less the margin (at least 1)."""
+        largest = self.largest_fit
+        return None if largest is None else max(1, math.floor(largest * (1 - self.margin)))
+
+    def __str__(self) -> str:
+        limit = (f"budget {self.budget_bytes / MIB:,.1f} MiB (not a real OOM)" if self.budget_bytes is not None
+                 else "the device's memory")
+        if self.largest_fit is None:
+            return f"not even batch {self.trials[0][0]} fits ({limit})"
+        beyond = (f"first failure at {self.first_failure:,}" if self.first_failure is not None
+                  else f"everything up to max_batch={self.max_batch:,} fit")
+        return (f"largest batch that fits: {self.largest_fit:,} ({beyond}; {len(self.trials)} trials, {limit}); "
+                f"with a {self.margin:.0%} margin: {self.batch_size:,}")
+
+
+def _fits(step: Callable[[int], object], batch: int, device: torch.device) -> bool:
+    """Whether ``step(batch)`` ran without running out of memory; cleaned up outside ``except``."""
+    failed = False
+    try:
+        step(batch)
+    except OUT_OF_MEMORY:
+        failed = True  # no `as error`: nothing keeps the traceback, and its frames' tensors, alive
+    if failed:
+        release_memory(device)
+    return not failed
+
+
+def find_max_batch_size(step: Callable[[int], object], device: str | torch.device | None = None, *,
+                        budget_bytes: int | None = None, start: int = 1, max_batch: int = 2**26,
+                        margin: float = 0.1) -> BatchSearch:
+    """The largest batch ``step(batch)`` runs with, by doubling from ``start`` then bisecting.
+
+    grow: batch = start, 2 start, 4 start, ... until a step runs out of memory (or ``max_batch``)
+    bisect: between the last batch that fit and the first that did not, down to one sample
+    result: :class:`BatchSearch`; ``.batch_size`` is the largest fit less ``margin`` (a fraction)
+
+    ``budget_bytes`` runs every step under :func:`within_budget`. On a CPU it is required (there
+    is no out-of-memory error to find); on a GPU, None means the card's real memory.
+    """
+    _check_callable("step", step)
+    device = get_device(device, param="device")
+    start = check_int("start", start)
+    max_batch = check_int("max_batch", max_batch, minimum=start)
+    margin = check_number("margin", margin, at_least=0, below=1)
+    if budget_bytes is None and device.type != "cuda":
+        raise ValueError(f"budget_bytes=None: on {device.type} give a memory budget in bytes "
+                         "(only a GPU has an out-of-memory error to find)")
+    if budget_bytes is not None:
+        budget_bytes = check_int("budget_bytes", budget_bytes)
+        step = within_budget(step, budget_bytes, device)
+    trials = []
+    good, bad, batch = None, None, start
+    while bad is None:
+        fit = _fits(step, batch, device)
+        trials.append((batch, fit))
+        if not fit:
+            bad = batch
+        elif batch == max_batch:
+            break
+        else:
+            good, batch = batch, min(2 * batch, max_batch)
+    if good is not None and bad is not None:
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            fit = _fits(step, middle, device)
+            trials.append((middle, fit))
+            good, bad = (middle, bad) if fit else (good, middle)
+    return BatchSearch(tuple(trials), margin, budget_bytes, max_batch)

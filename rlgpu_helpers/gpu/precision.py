@@ -1,0 +1,345 @@
+"""Mixed precision: which float format a device trains fastest in, and one training step in it.
+
+Introduced in notebook 08.
+
+A float32 training step can run its matrix products in a 16-bit format instead: ``bf16`` keeps
+float32's exponent range with fewer mantissa bits, ``fp16`` has more mantissa bits and a much
+narrower range, and ``tf32`` is float32 whose matmuls round their inputs to 10 mantissa bits on
+Ampere and later GPUs. :func:`choose_policy` picks one from what the device multiplies natively
+and says why; :func:`precision_policy` looks at a real device (and, on a CPU with bf16
+instructions, measures bf16 against fp32 before it trusts it). Everything here uses the
+``torch.amp`` API (``torch.amp.autocast``, ``torch.amp.GradScaler``) and TF32 through
+``torch.backends.cuda.matmul.fp32_precision``.
+
+``fp16`` gradients underflow to zero where float32's would not, so an fp16 step multiplies the
+loss by a large scale before ``backward`` and divides the gradients by it before the optimizer
+step: :class:`TrainStep` does this with ``torch.amp.GradScaler``, which also skips a step whose
+gradients hold inf or NaN and halves the scale, and doubles it again after a run of good steps
+(:func:`scaler_trace` records that on a real run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+
+import torch
+from torch import nn
+
+from ..bench.timing import time_callable
+from ..core.checks import check_choice, check_int, check_ints, check_number, check_seed
+from ..core.device import get_device, native_half_dtypes
+from ..learn.nets import ActorCritic
+from ..snake import rules
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+"""The precisions a step can run in: plain float32, float32 with TF32 matmuls, and two autocasts."""
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+OBS_SIZE = rules.observation_shape("features", 10, 10)[0]
+"""The Snake MLP's input: the 11 features."""
+
+
+def check_precision(name: str, value) -> str:
+    """``value`` if it is one of :data:`PRECISIONS` (a str), else a clear error."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}={value!r} must be a str, one of {PRECISIONS}")
+    return check_choice(name, value, PRECISIONS)
+
+
+@contextlib.contextmanager
+def fp32_matmul_precision(tf32: bool):
+    """Within the block, float32 CUDA matmuls run in TF32 (``tf32=True``) or full float32.
+
+    Sets ``torch.backends.cuda.matmul.fp32_precision`` ("tf32" or "ieee"), the API of torch
+    2.9 and later (mixing it with the legacy ``allow_tf32`` flags is an error), and puts the
+    previous value back afterwards. It changes nothing on a CPU.
+    """
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "tf32" if tf32 else "ieee"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceTraits:
+    """What the precision policy looks at: the kind of device and the formats it multiplies natively.
+
+    ``capability`` is a CUDA GPU's compute capability (``(8, 0)`` for an A100), None elsewhere.
+    ``bf16_native`` / ``fp16_native``: the device has hardware for them (a GPU's tensor cores, a
+    CPU's AVX512-BF16 or AMX), not an emulation.
+    """
+
+    type: str
+    name: str
+    capability: tuple[int, int] | None = None
+    bf16_native: bool = False
+    fp16_native: bool = False
+
+
+def device_traits(device: str | torch.device | None = None) -> DeviceTraits:
+    """The :class:`DeviceTraits` of a real device (default: the best available)."""
+    device = get_device(device, param="device")
+    native = native_half_dtypes(device)  # on CUDA: bf16 checked with including_emulation=False
+    if device.type == "cuda":
+        properties = torch.cuda.get_device_properties(device)
+        capability = (properties.major, properties.minor)
+        return DeviceTraits("cuda", properties.name, capability, torch.bfloat16 in native, capability >= (7, 0))
+    return DeviceTraits(device.type, str(device), None, torch.bfloat16 in native, torch.float16 in native)
+
+
+def available_precisions(traits: DeviceTraits) -> tuple[str, ...]:
+    """The precisions a step can run in on this device (emulated ones included on a CPU, where autocast has them)."""
+    if traits.type == "cuda":
+        fast = ["tf32"] if traits.capability >= (8, 0) else []
+        return ("fp32", *fast, *(["bf16"] if traits.bf16_native else []), "fp16")
+    if traits.type == "cpu":
+        return ("fp32", "bf16", "fp16")
+    return ("fp32", "fp16")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionPolicy:
+    """The precision a device should train in, and why.
+
+    ``precision`` is one of :data:`PRECISIONS`; ``tf32``: the float32 matmuls left outside
+    autocast use TF32; ``grad_scaler``: the step needs a ``GradScaler`` (fp16).
+    """
+
+    device_type: str
+    precision: str
+    tf32: bool
+    grad_scaler: bool
+    reasons: tuple[str, ...]
+
+    def __post_init__(self):
+        check_precision("precision", self.precision)
+
+    def __str__(self) -> str:
+        what = {"fp32": "float32", "tf32": "float32 with TF32 matmuls", "bf16": "bf16 autocast",
+                "fp16": "fp16 autocast with a GradScaler"}[self.precision]
+        extra = " (float32 matmuls outside autocast in TF32)" if self.tf32 and self.precision != "tf32" else ""
+        return "\n".join([f"Precision policy on {self.device_type}: {what}{extra}, because"]
+                         + [f"  - {reason}" for reason in self.reasons])
+
+
+def choose_policy(traits: DeviceTraits, cpu_bf16_speedup: float | None = None,
+                  cpu_bf16_spread: float = 0.0) -> PrecisionPolicy:
+    """The precision policy for a device with these ``traits``.
+
+    * CUDA, compute capability 8.0+ with native bf16: bf16 autocast, TF32 for the rest, no scaler;
+    * CUDA 7.x (T4, V100): fp16 autocast with a ``GradScaler``; bf16 would be emulated;
+    * older CUDA GPUs: fp32 (no tensor cores);
+    * a CPU: fp32, unless it has bf16 instructions and bf16 autocast was measured faster:
+      ``cpu_bf16_speedup`` (fp32 time over bf16 time) above 1 by more than ``cpu_bf16_spread``;
+    * anything else (MPS): fp32.
+    """
+    if not isinstance(traits, DeviceTraits):
+        raise TypeError(f"traits={traits!r} must be a DeviceTraits (see device_traits)")
+    if cpu_bf16_speedup is not None:
+        check_number("cpu_bf16_speedup", cpu_bf16_speedup, above=0)
+    check_number("cpu_bf16_spread", cpu_bf16_spread, at_least=0)
+    if traits.type == "cuda":
+        major, minor = traits.capability
+        cc = f"{traits.name} has compute capability {major}.{minor}"
+        if traits.capability >= (8, 0) and traits.bf16_native:
+            return PrecisionPolicy("cuda", "bf16", True, False, (
+                f"{cc} (8.0 or more): its tensor cores multiply bf16 natively "
+                "(torch.cuda.is_bf16_supported(including_emulation=False))",
+                "bf16 has float32's exponent range: gradients do not underflow, no GradScaler needed",
+                "what autocast leaves in float32 runs its matmuls in TF32 "
+                "(torch.backends.cuda.matmul.fp32_precision = 'tf32')"))
+        if traits.capability >= (7, 0):
+            return PrecisionPolicy("cuda", "fp16", False, True, (
+                f"{cc} (below 8.0): no native bf16 (torch.cuda.is_bf16_supported() may say True, "
+                "through a slow emulation) and no TF32",
+                "its tensor cores multiply fp16 (compute capability 7.0 and later)",
+                "fp16's narrow range lets small gradients underflow: a GradScaler scales the loss"))
+        return PrecisionPolicy("cuda", "fp32", False, False, (
+            f"{cc} (below 7.0): no tensor cores, 16-bit formats gain little", ))
+    if traits.type == "cpu":
+        if not traits.bf16_native:
+            return PrecisionPolicy("cpu", "fp32", False, False, (
+                "this CPU has no bf16 instructions (AVX512-BF16 or AMX): bf16 autocast would be emulated",))
+        if cpu_bf16_speedup is None:
+            return PrecisionPolicy("cpu", "fp32", False, False, (
+                "this CPU has bf16 instructions, but bf16 autocast was not measured here: fp32 until it is",))
+        measured = f"bf16 autocast measured {cpu_bf16_speedup:.2f}x ± {cpu_bf16_spread:.2f} fp32's speed"
+        if cpu_bf16_speedup - cpu_bf16_spread > 1:
+            return PrecisionPolicy("cpu", "bf16", False, False, (
+                "this CPU has bf16 instructions (AVX512-BF16 or AMX)", f"{measured}: faster, so bf16"))
+        return PrecisionPolicy("cpu", "fp32", False, False, (
+            "this CPU has bf16 instructions (AVX512-BF16 or AMX)",
+            f"{measured}: not faster beyond noise, so fp32"))
+    return PrecisionPolicy(traits.type, "fp32", False, False, (
+        f"mixed precision on {traits.type} is not covered by this course: fp32",))
+
+
+def autocast(policy: PrecisionPolicy, device: str | torch.device | None = None):
+    """A context in which ``policy`` holds: its autocast (bf16, fp16) and its TF32 setting.
+
+    For code that cannot take a ``GradScaler`` (a learner's own update), so only for policies
+    without one: an fp16 policy raises ``ValueError``.
+    """
+    if not isinstance(policy, PrecisionPolicy):
+        raise TypeError(f"policy={policy!r} must be a PrecisionPolicy (see choose_policy)")
+    if policy.grad_scaler:
+        raise ValueError(f"policy.precision={policy.precision!r} needs a GradScaler inside the update, "
+                         "which a context around the training loop cannot add")
+    device = get_device(device, param="device")
+    stack = contextlib.ExitStack()
+    stack.enter_context(fp32_matmul_precision(policy.tf32))
+    stack.enter_context(torch.amp.autocast(device.type, dtype=AUTOCAST_DTYPES.get(policy.precision, torch.bfloat16),
+                                           enabled=policy.precision in AUTOCAST_DTYPES))
+    return stack
+
+
+class TrainStep:
+    """One optimizer step of the Snake actor-critic (``learn.nets.ActorCritic``) in a precision.
+
+    The net is notebook 11's, ``hidden`` wide, learning from a fixed random batch of
+    ``batch_size`` feature observations: cross-entropy of the logits against random actions
+    plus the squared error of the value against random returns, then Adam. Calling it runs:
+
+        with TF32 matmuls (tf32 only), with autocast (bf16, fp16):
+            loss = the loss of the batch
+        scaler.scale(loss).backward()   # fp16: loss times the scale; otherwise the loss itself
+        scaler.step(optimizer)          # fp16: unscale, skip the step if a gradient is inf/NaN
+        scaler.update()                 # fp16: halve the scale after a skip, grow it after good steps
+    """
+
+    def __init__(self, precision: str = "fp32", hidden: int = 64, batch_size: int = 256,
+                 device: str | torch.device | None = "cpu", *, seed: int = 0, init_scale: float = 2.0**16,
+                 growth_interval: int = 2000):
+        self.precision = check_precision("precision", precision)
+        self.hidden = check_int("hidden", hidden)
+        self.batch_size = check_int("batch_size", batch_size)
+        self.device = get_device(device, param="device")
+        check_seed("seed", seed)
+        if precision == "tf32" and self.device.type != "cuda":
+            raise ValueError(f"precision='tf32' needs a CUDA GPU, not device={str(self.device)!r}")
+        generator = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        self.model = ActorCritic((OBS_SIZE,), hidden=hidden).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=check_number("init_scale", init_scale, above=0),
+                                           growth_interval=check_int("growth_interval", growth_interval),
+                                           enabled=precision == "fp16")
+        self.obs = torch.randn(batch_size, OBS_SIZE, generator=generator).to(self.device)
+        self.actions = torch.randint(rules.NUM_ACTIONS, (batch_size,), generator=generator).to(self.device)
+        self.returns = torch.randn(batch_size, generator=generator).to(self.device)
+
+    def loss(self) -> torch.Tensor:
+        """The loss of the batch, in the step's precision (float32 out)."""
+        dtype = AUTOCAST_DTYPES.get(self.precision, torch.bfloat16)
+        with (fp32_matmul_precision(self.precision == "tf32"),
+              torch.amp.autocast(self.device.type, dtype=dtype, enabled=self.precision in AUTOCAST_DTYPES)):
+            logits, value = self.model(self.obs)
+            return (nn.functional.cross_entropy(logits.float(), self.actions)
+                    + (value.float() - self.returns).pow(2).mean())
+
+    def __call__(self) -> torch.Tensor:
+        """One step; returns the loss (on the device, not read back)."""
+        loss = self.loss()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return loss
+
+    def standing_bytes(self) -> int:
+        """Bytes held between steps: the weights and Adam's two moments (float32 in every precision).
+
+        The gradients are not among them: ``zero_grad(set_to_none=True)`` frees them, and each
+        step allocates them again.
+        """
+        return 3 * sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+
+def step_flops(hidden: int, batch_size: int) -> float:
+    """Floating-point operations of one :class:`TrainStep`: its matmuls, forward and backward.
+
+    Each linear layer of ``n_in`` x ``n_out`` costs ``2 * batch * n_in * n_out`` forward and
+    twice that backward (gradients of inputs and of weights); the actor and the critic each
+    have two layers and a head.
+    """
+    hidden, batch_size = check_int("hidden", hidden), check_int("batch_size", batch_size)
+    weights = 2 * (OBS_SIZE * hidden + hidden * hidden) + hidden * (rules.NUM_ACTIONS + 1)
+    return 6.0 * batch_size * weights
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalerStep:
+    """One fp16 step under a ``GradScaler``: the scale it used, whether it was skipped, the next scale."""
+
+    step: int
+    scale: float
+    poisoned: bool
+    skipped: bool
+    next_scale: float
+
+
+def scaler_trace(device: str | torch.device | None = "cpu", *, steps: int = 14, poison_at=(8,),
+                 init_scale: float = 2.0**20, growth_interval: int = 3, hidden: int = 64,
+                 batch_size: int = 64) -> list[ScalerStep]:
+    """Run ``steps`` fp16 steps of a :class:`TrainStep` with a ``GradScaler`` and record each.
+
+    The scale starts at ``init_scale``, high enough for the scaled fp16 gradients to overflow:
+    the scaler skips those steps and halves the scale until the gradients are finite, and
+    doubles it after every ``growth_interval`` good steps in a row. At the steps in
+    ``poison_at`` one observation is NaN, as a bad batch would be: that step is skipped too. A
+    step counts as skipped when the optimizer left every weight as it was.
+    """
+    check_int("steps", steps)
+    poison_at = set(check_ints("poison_at", poison_at, 0)) if poison_at != () else set()
+    step = TrainStep("fp16", hidden, batch_size, device, init_scale=init_scale, growth_interval=growth_interval)
+    clean = step.obs.clone()
+    trace = []
+    for index in range(steps):
+        step.obs.copy_(clean)
+        if index in poison_at:
+            step.obs[0, 0] = math.nan
+        scale = step.scaler.get_scale()
+        before = [p.detach().clone() for p in step.model.parameters()]
+        step()
+        unchanged = all(torch.equal(b, p) for b, p in zip(before, step.model.parameters()))
+        trace.append(ScalerStep(index, scale, index in poison_at, unchanged, step.scaler.get_scale()))
+    return trace
+
+
+def bf16_speedup(device: str | torch.device | None = "cpu", *, hidden: int = 64, batch_size: int = 256,
+                 repeats: int = 7) -> tuple[float, float]:
+    """fp32 step time over bf16 autocast step time of a :class:`TrainStep`, and its spread.
+
+    The spread adds the relative IQRs of the two timings in quadrature.
+    """
+    timings = {}
+    for precision in ("fp32", "bf16"):
+        step = TrainStep(precision, hidden, batch_size, device)
+        probe = time_callable(step, warmup=2, repeats=1, device=step.device).median
+        number = max(1, math.ceil(0.05 / max(probe, 1e-9)))
+        timings[precision] = time_callable(step, warmup=number, repeats=repeats, number=number, device=step.device)
+    fp32, bf16 = timings["fp32"], timings["bf16"]
+    speedup = fp32.median / bf16.median
+    return speedup, speedup * math.hypot(fp32.iqr / fp32.median, bf16.iqr / bf16.median)
+
+
+def precision_policy(device: str | torch.device | None = None, *, hidden: int = 64, batch_size: int = 256,
+                     verbose: bool = True) -> PrecisionPolicy:
+    """The :func:`choose_policy` of a real device, printed with its reasons when ``verbose``.
+
+    On a CPU with bf16 instructions, bf16 autocast is first measured against fp32 on a
+    :class:`TrainStep` of this ``hidden`` width and ``batch_size``: a CPU's answer depends on
+    the size of the net.
+    """
+    traits = device_traits(device)
+    speedup, spread = None, 0.0
+    if traits.type == "cpu" and traits.bf16_native:
+        speedup, spread = bf16_speedup(device, hidden=hidden, batch_size=batch_size)
+    policy = choose_policy(traits, speedup, spread)
+    if verbose:
+        print(policy)
+    return policy

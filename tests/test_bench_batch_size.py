@@ -1,0 +1,95 @@
+"""The ``batch_size`` bench suite (notebook 06): sweep, largest batch, utilization, verdicts."""
+
+import pytest
+
+from rlgpu_helpers.bench.batch_size import (
+    NETWORKS,
+    UpdateStep,
+    batch_claim_checks,
+    batch_sweep,
+    max_batch_search,
+    max_batch_table,
+    memory_per_sample,
+    plot_sweep,
+    saturation_batch,
+    sweep_table,
+    training_utilization,
+)
+from rlgpu_helpers.bench.records import Record
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+
+
+def rate(batch, value, machine="m", device="cuda", variant=NETWORKS["mlp"]):
+    return Record("batch_update", variant, "throughput", value, "samples/s",
+                  {"batch_size": batch, "device": device}, 0.0, machine)
+
+
+def test_the_update_step_trains_the_network():
+    step = UpdateStep("mlp", "cpu")
+    before = [p.detach().clone() for p in step.model.parameters()]
+    step(8)
+    assert any((p - b).abs().max() > 0 for p, b in zip(step.model.parameters(), before))
+    with pytest.raises(ValueError, match="network='big'"):
+        UpdateStep("big", "cpu")
+
+
+def test_the_sweep_measures_throughput_and_peak_memory_that_grows_with_the_batch():
+    records = batch_sweep("cpu", networks=("mlp",), batch_sizes=(64, 512, 4096), progress=False, machine="m")
+    peaks = [r.value for r in records if r.metric == "peak memory"]
+    assert [r.params["batch_size"] for r in records if r.metric == "throughput"] == [64, 512, 4096]
+    assert peaks == sorted(peaks) and peaks[-1] > 4 * peaks[0]
+    _, per_sample = memory_per_sample(records, NETWORKS["mlp"])
+    # at least the input (11 floats) and two 64-wide activations per sample
+    assert per_sample > 11 * 4 + 2 * 64 * 4
+    assert "peak memory (MiB)" in sweep_table(records).columns
+    fig = plot_sweep(records, "throughput", this_machine="m")
+    assert fig.axes[0].get_xlabel() == "batch size (samples)" and "samples/s" in fig.axes[0].get_ylabel()
+    with pytest.raises(ValueError, match="batch_sizes"):
+        batch_sweep("cpu", batch_sizes=(0,), progress=False)
+
+
+def test_the_budgeted_search_agrees_with_the_sweeps_prediction():
+    sweep = batch_sweep("cpu", networks=("mlp",), batch_sizes=(256, 1024, 2048, 4096), progress=False, machine="m")
+    records = max_batch_search("cpu", sweep, networks=("mlp",), budget_bytes=4 * 2**20, progress=False,
+                               machine="m")
+    found = {r.metric: r.value for r in records}
+    assert found["with margin"] == int(found["largest fit"] * 0.9)
+    assert found["largest fit"] == pytest.approx(found["predicted"], rel=0.10)
+    row, = max_batch_table(records).rows
+    assert row[2] == "budget 4 MiB" and row[7] == "yes"
+
+
+def test_saturation_is_where_samples_per_second_stop_growing():
+    records = [rate(64, 100), rate(128, 190), rate(256, 300), rate(512, 310), rate(1024, 305)]
+    assert saturation_batch(records, NETWORKS["mlp"]) == 256
+    assert saturation_batch(records, NETWORKS["mlp"], tolerance=0.0) == 512
+    assert saturation_batch(records, "nothing") is None
+
+
+def test_gpu_statements_are_judged_only_on_gpu_records():
+    cpu = [rate(64, 100, device="cpu"), rate(1024, 300, device="cpu")]
+    checks = batch_claim_checks(cpu)
+    assert {c.outcome for c in checks} == {"not measured"}
+    gpu = [rate(64, 100, "gpu-nvidia-a100-sxm4-40gb"), rate(1024, 900, "gpu-nvidia-a100-sxm4-40gb"),
+           rate(2048, 950, "gpu-nvidia-a100-sxm4-40gb"),
+           Record("utilization", "PPO training", "mean utilization", 20.0, "%",
+                  {"device": "cuda", "source": "nvml", "num_envs": 8192}, 5.0, "gpu-nvidia-a100-sxm4-40gb")]
+    outcomes = {c.claim.key: c.outcome for c in batch_claim_checks(cpu, gpu)}
+    assert outcomes["batch-a100"] == "held"  # stops growing at 1,024
+    assert outcomes["batch-rtx-4090"] == "not measured"
+    assert outcomes["larger-batches-utilize"] == "held"
+    assert outcomes["utilization-70-90"] == "did not hold"
+
+
+def test_training_utilization_records_the_monitors_mean(capfd):
+    samples, source, record = training_utilization("cpu", seconds=0.5, interval=0.05, num_envs=32, num_steps=8,
+                                                   machine="m")
+    assert len(samples) >= 2 and "psutil" in source
+    assert record.params == {"device": "cpu", "source": "psutil", "num_envs": 32}
+    assert 0 <= record.value <= 100 and record.unit == "%"
+    with pytest.raises(ValueError, match="seconds"):
+        training_utilization("cpu", seconds=0)

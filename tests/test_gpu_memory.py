@@ -1,0 +1,120 @@
+"""gpu.memory (notebook 06): peak memory, and the search for the largest batch that fits."""
+
+import gc
+import math
+import weakref
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlgpu_helpers.gpu.memory import BatchSearch, find_max_batch_size, peak_memory, within_budget
+
+
+def rule_step(bytes_per_sample: int, fixed: int, limit_bytes: int):
+    """A fake step with a known memory rule: it runs out of memory above ``limit_bytes``."""
+    def step(batch):
+        if fixed + bytes_per_sample * batch > limit_bytes:
+            raise torch.OutOfMemoryError(f"batch {batch} does not fit")
+    return step
+
+
+def test_peak_memory_on_a_cpu_counts_what_a_call_allocates_and_holds_at_once():
+    assert peak_memory(lambda: torch.empty(1_000_000, dtype=torch.uint8), "cpu") == 1_000_000
+
+    def three_at_once():
+        kept = [torch.empty(1000, dtype=torch.uint8) for _ in range(3)]
+        del kept
+        torch.empty(2000, dtype=torch.uint8)  # allocated after the three were freed
+    assert peak_memory(three_at_once, "cpu") == 3000
+
+
+def test_the_search_finds_a_limit_that_is_not_a_power_of_two_exactly():
+    search = find_max_batch_size(rule_step(24, 100, 10_000), "cpu", budget_bytes=2**30)
+    assert search.largest_fit == (10_000 - 100) // 24 == 412
+    assert search.first_failure == 413
+    assert search.trials[:10] == tuple((2**k, True) for k in range(9)) + ((512, False),)  # doubling first
+    assert search.batch_size == math.floor(412 * 0.9)
+
+
+@settings(max_examples=8, deadline=None)  # each trial runs under the profiler
+@given(per_sample=st.integers(1, 5000), fixed=st.integers(0, 10_000), room=st.integers(1, 200_000),
+       start=st.integers(1, 64), margin=st.floats(0, 0.5))
+def test_the_search_finds_every_known_limit(per_sample, fixed, room, start, margin):
+    limit_bytes = fixed + room * per_sample  # a batch of `room` fits, `room + 1` does not
+    search = find_max_batch_size(rule_step(per_sample, fixed, limit_bytes), "cpu", budget_bytes=2**40,
+                                 start=start, margin=margin)
+    if start > room:
+        assert search.largest_fit is None and search.batch_size is None
+    else:
+        assert search.largest_fit == room and search.first_failure == room + 1
+        assert search.batch_size == max(1, math.floor(room * (1 - margin)))
+        # doubling, then bisecting the last gap: logarithmic in the limit
+        assert len(search.trials) <= 2 * math.log2(room / start) + math.log2(start) + 3
+
+
+def test_under_a_budget_real_allocations_decide_what_fits():
+    def step(batch):  # 1,000 bytes per sample and 5,000 fixed, really allocated
+        torch.empty(1000 * batch + 5000, dtype=torch.uint8)
+    search = find_max_batch_size(step, "cpu", budget_bytes=777_000, margin=0.25)
+    assert search.largest_fit == 772 and search.first_failure == 773
+    assert search.batch_size == 579
+    assert "budget" in str(search) and "not a real OOM" in str(search)
+    budgeted = within_budget(step, 777_000, "cpu")
+    assert budgeted(772) == 777_000
+    with pytest.raises(torch.OutOfMemoryError, match="over the budget"):
+        budgeted(773)
+
+
+def test_max_batch_stops_the_doubling():
+    search = find_max_batch_size(lambda batch: None, "cpu", budget_bytes=1000, start=3, max_batch=50)
+    assert [b for b, _ in search.trials] == [3, 6, 12, 24, 48, 50]
+    assert search.largest_fit == 50 and search.first_failure is None
+    assert "everything up to max_batch=50 fit" in str(search)
+
+
+def test_a_failed_step_leaves_nothing_alive():
+    held = []
+
+    def step(batch):
+        big = torch.empty(batch)
+        held.append(weakref.ref(big))
+        if batch > 100:
+            raise torch.OutOfMemoryError("too big")
+    find_max_batch_size(step, "cpu", budget_bytes=2**30)
+    gc.collect()
+    assert all(ref() is None for ref in held)  # no traceback kept the failed steps' tensors
+
+
+def test_other_errors_are_not_taken_for_out_of_memory():
+    def step(batch):
+        raise ValueError("a bug, not a full device")
+    with pytest.raises(ValueError, match="a bug"):
+        find_max_batch_size(step, "cpu", budget_bytes=1000)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"budget_bytes": None}, ValueError, "budget_bytes=None: on cpu"),
+    ({"budget_bytes": 0}, ValueError, "budget_bytes=0"),
+    ({"budget_bytes": -5}, ValueError, "budget_bytes=-5"),
+    ({"budget_bytes": 1.5}, TypeError, "budget_bytes=1.5"),
+    ({"budget_bytes": 100, "start": 0}, ValueError, "start=0"),
+    ({"budget_bytes": 100, "start": -1}, ValueError, "start=-1"),
+    ({"budget_bytes": 100, "start": 8, "max_batch": 4}, ValueError, "max_batch=4"),
+    ({"budget_bytes": 100, "margin": 1.0}, ValueError, "margin=1.0"),
+    ({"budget_bytes": 100, "margin": -0.1}, ValueError, "margin=-0.1"),
+])
+def test_bad_arguments_name_the_parameter(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        find_max_batch_size(lambda batch: None, "cpu", **kwargs)
+
+
+def test_bad_callables_and_budgets_are_refused():
+    with pytest.raises(TypeError, match="step=3"):
+        find_max_batch_size(3, "cpu", budget_bytes=100)
+    with pytest.raises(TypeError, match="fn="):
+        peak_memory("not callable", "cpu")
+    with pytest.raises(ValueError, match="budget_bytes=0"):
+        within_budget(lambda batch: None, 0, "cpu")
+    assert isinstance(find_max_batch_size(lambda b: None, "cpu", budget_bytes=10, max_batch=1), BatchSearch)

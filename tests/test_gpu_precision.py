@@ -1,0 +1,128 @@
+"""The precision policy, the training step in each precision, and the GradScaler (notebook 08)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import rlgpu_helpers
+from rlgpu_helpers.gpu.precision import (
+    DeviceTraits,
+    PrecisionPolicy,
+    TrainStep,
+    autocast,
+    available_precisions,
+    check_precision,
+    choose_policy,
+    fp32_matmul_precision,
+    scaler_trace,
+    step_flops,
+)
+
+A100 = DeviceTraits("cuda", "NVIDIA A100", (8, 0), bf16_native=True, fp16_native=True)
+H100 = DeviceTraits("cuda", "NVIDIA H100", (9, 0), bf16_native=True, fp16_native=True)
+T4 = DeviceTraits("cuda", "Tesla T4", (7, 5), bf16_native=False, fp16_native=True)
+V100 = DeviceTraits("cuda", "Tesla V100", (7, 0), bf16_native=False, fp16_native=True)
+P100 = DeviceTraits("cuda", "Tesla P100", (6, 0), bf16_native=False, fp16_native=False)
+CPU_BF16 = DeviceTraits("cpu", "cpu", None, bf16_native=True)
+CPU_PLAIN = DeviceTraits("cpu", "cpu", None)
+
+
+@pytest.mark.parametrize("traits, speedup, spread, precision, tf32, scaler", [
+    (A100, None, 0.0, "bf16", True, False),
+    (H100, None, 0.0, "bf16", True, False),
+    (T4, None, 0.0, "fp16", False, True),
+    (V100, None, 0.0, "fp16", False, True),
+    (P100, None, 0.0, "fp32", False, False),
+    (CPU_PLAIN, 3.0, 0.1, "fp32", False, False),   # emulated bf16: never, whatever a probe said
+    (CPU_BF16, None, 0.0, "fp32", False, False),   # not measured: fp32
+    (CPU_BF16, 1.8, 0.2, "bf16", False, False),    # measured faster beyond noise
+    (CPU_BF16, 1.1, 0.2, "fp32", False, False),    # within noise
+    (CPU_BF16, 0.5, 0.1, "fp32", False, False),    # slower
+    (DeviceTraits("mps", "mps:0"), None, 0.0, "fp32", False, False),
+])
+def test_the_policy_for_given_device_properties(traits, speedup, spread, precision, tf32, scaler):
+    policy = choose_policy(traits, speedup, spread)
+    assert (policy.precision, policy.tf32, policy.grad_scaler) == (precision, tf32, scaler)
+    assert policy.reasons and all(policy.reasons)
+    assert str(policy).count("\n  - ") == len(policy.reasons)
+
+
+def test_a_t4_is_told_why_not_bf16_and_a_cpu_shows_its_measurement():
+    assert "emulation" in str(choose_policy(T4)) and "GradScaler" in str(choose_policy(T4))
+    assert "1.10x" in str(choose_policy(CPU_BF16, 1.1, 0.2))
+
+
+def test_precisions_that_exist_on_each_device():
+    assert available_precisions(A100) == ("fp32", "tf32", "bf16", "fp16")
+    assert available_precisions(T4) == ("fp32", "fp16")
+    assert available_precisions(CPU_PLAIN) == ("fp32", "bf16", "fp16")
+
+
+def test_unknown_precisions_and_bad_arguments_get_clear_errors():
+    with pytest.raises(ValueError, match=r"precision='fp8' must be one of"):
+        TrainStep("fp8")
+    with pytest.raises(TypeError, match="precision=16"):
+        check_precision("precision", 16)
+    with pytest.raises(ValueError, match="tf32.*CUDA"):
+        TrainStep("tf32", device="cpu")
+    with pytest.raises(TypeError, match="traits"):
+        choose_policy("A100")
+    with pytest.raises(ValueError, match="cpu_bf16_speedup"):
+        choose_policy(CPU_BF16, -1.0)
+    with pytest.raises(ValueError, match="GradScaler"):
+        autocast(choose_policy(T4), "cpu")
+    with pytest.raises(ValueError, match="hidden=0"):
+        TrainStep("fp32", hidden=0)
+
+
+def test_tf32_setting_uses_the_new_api_and_is_put_back():
+    before = torch.backends.cuda.matmul.fp32_precision
+    with fp32_matmul_precision(True):
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cuda.matmul.fp32_precision == before
+    torch.get_float32_matmul_precision()  # no mix of legacy and new API left behind (that raises)
+
+
+def test_a_bf16_step_learns_like_fp32_and_its_matmuls_run_in_bf16():
+    fp32, bf16 = TrainStep("fp32", 32, 64), TrainStep("bf16", 32, 64)
+    for name, a in fp32.model.named_parameters():
+        assert torch.equal(a, dict(bf16.model.named_parameters())[name])  # same seed, same start
+    first = fp32.loss().item()
+    assert bf16.loss().item() == pytest.approx(first, rel=2e-2)
+    for _ in range(30):
+        fp32(), bf16()
+    assert fp32.loss().item() < first and bf16.loss().item() < first
+    assert bf16.loss().item() == pytest.approx(fp32.loss().item(), rel=5e-2)
+    with torch.amp.autocast("cpu", dtype=torch.bfloat16):
+        assert bf16.model.logits(bf16.obs).dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in bf16.model.parameters())  # master weights stay fp32
+
+
+def test_autocast_of_a_policy_applies_its_dtype():
+    policy = PrecisionPolicy("cpu", "bf16", False, False, ("test",))
+    with autocast(policy, "cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    with autocast(PrecisionPolicy("cpu", "fp32", False, False, ("test",)), "cpu"):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_step_flops_counts_the_matmuls():
+    # actor and critic: 11 x 8 and 8 x 8 each, heads 8 x 3 and 8 x 1; 6 FLOPs per weight and sample
+    assert step_flops(8, 10) == 6 * 10 * (2 * (11 * 8 + 64) + 8 * 4)
+
+
+def test_the_grad_scaler_skips_bad_steps_and_adapts_its_scale_on_cpu():
+    trace = scaler_trace("cpu", steps=14, poison_at=(9,), init_scale=2.0**20, growth_interval=2)
+    for row in trace:
+        assert row.next_scale == (row.scale / 2 if row.skipped else row.next_scale)
+    assert trace[0].skipped  # 2**20 times fp16 gradients overflows: skipped, scale halved
+    assert trace[9].poisoned and trace[9].skipped and trace[9].next_scale == trace[9].scale / 2
+    good = [row for row in trace if not row.skipped]
+    assert good and any(row.next_scale == 2 * row.scale for row in good)  # grows after good steps
+
+
+def test_no_file_in_the_package_uses_torch_cuda_amp():
+    offenders = [path.name for path in Path(rlgpu_helpers.__file__).parent.rglob("*.py")
+                 if "torch.cuda" + ".amp" in path.read_text()]
+    assert offenders == []
