@@ -121,3 +121,14 @@ def test_noise_helpers():
 def test_bad_input_raises(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_record_ratio_adds_both_relative_spreads_in_quadrature():
+    from rlgpu_helpers.bench.claims import record_ratio
+    from rlgpu_helpers.bench.records import Record
+
+    top = Record("b", "top", "throughput", 30.0, "x/s", {}, 3.0, "m")  # 10% spread
+    bottom = Record("b", "bottom", "throughput", 10.0, "x/s", {}, None, "m")  # no spread: exact
+    assert record_ratio(top, bottom) == pytest.approx((3.0, 0.3))
+    bottom.spread = 1.0  # 10% too
+    assert record_ratio(top, bottom)[1] == pytest.approx(3.0 * math.sqrt(0.02))

@@ -39,7 +39,7 @@ from ..gpu.monitor import UtilizationMonitor
 from ..learn.nets import ActorCritic
 from ..learn.ppo import PPO, PPOConfig, suggested_settings
 from ..snake import rules
-from .claims import CLAIMS, judge, speedup_spread
+from .claims import CLAIMS, judge, record_ratio
 from .envs import ClaimCheck
 from .records import Record, check_records
 from .report import Table, format_number, plot_records
@@ -366,10 +366,8 @@ def batch_claim_checks(records: Sequence[Record], reference: Sequence[Record] = 
         rates = _of(everything, NAME, mlp, "throughput", machine)
         small = next((r for r in rates if r.params["batch_size"] == SMALL_BATCH), None)
         if small is not None and rates[-1] is not small:
-            ratio = rates[-1].value / small.value
-            spread = speedup_spread(ratio, (rates[-1].spread or 0) / rates[-1].value, (small.spread or 0) / small.value)
             checks.append(ClaimCheck(claim, f"{mlp}, batch {rates[-1].params['batch_size']:,} over {SMALL_BATCH}, "
-                                     f"{machine}", judge(claim, ratio, spread)))
+                                     f"{machine}", judge(claim, *record_ratio(rates[-1], small))))
     if not any(c.claim is claim for c in checks):
         checks.append(ClaimCheck(claim, NOT_ON_GPU))
     claim = CLAIMS["utilization-70-90"]

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 
 from ..core.checks import check_choice, check_number
+from .records import Record
 from .report import Table, format_number
 
 APPROX = 0.25
@@ -236,6 +237,13 @@ def relative_noise(first: float, second: float) -> float:
     first, second = check_number("first", first, at_least=0), check_number("second", second, at_least=0)
     mean = (first + second) / 2
     return abs(first - second) / mean if mean > 0 else 0.0
+
+
+def record_ratio(top: Record, bottom: Record) -> tuple[float, float]:
+    """``top.value / bottom.value`` and its spread: both records' relative spreads added in
+    quadrature (:func:`speedup_spread`; a record without a spread counts as exact)."""
+    ratio = top.value / bottom.value
+    return ratio, speedup_spread(ratio, (top.spread or 0.0) / top.value, (bottom.spread or 0.0) / bottom.value)
 
 
 def speedup_spread(speedup: float, *relative_spreads: float) -> float:

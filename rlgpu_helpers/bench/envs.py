@@ -83,7 +83,7 @@ from ..snake.env import SnakeEnv
 from ..snake.naive_tensor import SYNC_POINTS, NaiveTensorSnake
 from ..snake.rules import NUM_ACTIONS, OBS_TYPES
 from ..snake.vec import VecSnake
-from .claims import APPROX, CLAIMS, Claim, Verdict, judge, speedup_spread
+from .claims import APPROX, CLAIMS, Claim, Verdict, judge, record_ratio, speedup_spread
 from .records import Record
 from .report import Table, format_number
 from .timing import time_callable
@@ -619,10 +619,8 @@ def fps_claim_checks(records: Sequence[Record], reference: Sequence[Record] = ()
         if loop is None:
             checks.append(ClaimCheck(claim, f"no SnakeEnv loop record from {machine} to compare its GPU with"))
             continue
-        ratio = vec.value / loop.value
-        spread = speedup_spread(ratio, _spread(vec) / vec.value, _spread(loop) / loop.value)
         checks.append(ClaimCheck(claim, f"{_describe(vec)} over {loop.variant} on its CPU",
-                                 judge(claim, ratio, spread)))
+                                 judge(claim, *record_ratio(vec, loop))))
     if not found:
         checks.append(ClaimCheck(claim, NO_GPU_RECORD if not any_gpu
                                  else f"no VecSnake features record on a GPU at N={SPEEDUP_NUM_ENVS}"))

@@ -40,7 +40,7 @@ from ..gpu.precision import (
 )
 from ..learn.ppo import PPO, PPOConfig, suggested_settings
 from ..learn.training import train
-from .claims import CLAIMS, judge, speedup_spread
+from .claims import CLAIMS, judge, record_ratio
 from .envs import ClaimCheck
 from .records import Record, check_records
 from .report import Table, format_number
@@ -178,12 +178,6 @@ def _at(records: list[Record], machine: str, device: str, hidden: int, precision
                  and r.params["hidden"] == hidden and r.variant == precision), None)
 
 
-def _speedup(base: Record, fast: Record) -> tuple[float, float]:
-    """``base`` time over ``fast`` time, with the spread of a ratio of two measurements."""
-    ratio = base.value / fast.value
-    return ratio, speedup_spread(ratio, (base.spread or 0) / base.value, (fast.spread or 0) / fast.value)
-
-
 def _setups(records: list[Record]) -> list[tuple[str, str]]:
     return list(dict.fromkeys((r.machine, r.params["device"]) for r in records))
 
@@ -261,7 +255,7 @@ def target_checks(records: Sequence[Record]) -> Table:
             if base is None or fast is None:
                 rows.append([target, "not measured", ""])
                 continue
-            ratio, spread = _speedup(base, fast)
+            ratio, spread = record_ratio(base, fast)  # fp32 time over bf16 time
             rows.append([target, f"{format_number(ratio)} ± {format_number(spread)}x",
                          "met" if ratio >= TARGET_SPEEDUP else "missed"])
     if not rows:
@@ -313,7 +307,7 @@ def precision_claim_checks(records: Sequence[Record], reference: Sequence[Record
             base, fast, name = found
             checks.append(ClaimCheck(claim, f"fp32 over {name}, width {base.params['hidden']:,}, batch "
                                             f"{base.params['batch_size']:,}, cuda, {machine}",
-                                     judge(claim, *_speedup(base, fast))))
+                                     judge(claim, *record_ratio(base, fast))))
         if not gpus:
             checks.append(ClaimCheck(claim, NO_GPU))
     claim = CLAIMS["amp-memory"]

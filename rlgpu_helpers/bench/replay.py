@@ -41,7 +41,7 @@ from ..gpu.sync import audit_syncs
 from ..learn.dqn import DQN, DQNConfig
 from ..replay.base import KINDS, make_buffer
 from ..snake import rules
-from .claims import CLAIMS, judge, speedup_spread
+from .claims import CLAIMS, judge, record_ratio
 from .envs import ClaimCheck
 from .records import Record, check_records
 from .report import Table, format_number
@@ -310,12 +310,6 @@ def _rate_at(records: list[Record], variant: str, batch_size: int, machine: str,
                  and (device is None or r.params.get("device") == device)), None)
 
 
-def _ratio(top: Record, bottom: Record) -> tuple[float, float]:
-    """``top`` over ``bottom``, with the spread of a ratio of two measurements."""
-    ratio = top.value / bottom.value
-    return ratio, speedup_spread(ratio, (top.spread or 0) / top.value, (bottom.spread or 0) / bottom.value)
-
-
 def sampling_table(records: Sequence[Record]) -> Table:
     """Samples/s per buffer (rows) and batch size (columns), for each machine and device."""
     sampling = _sampling(records)
@@ -356,7 +350,7 @@ def target_checks(records: Sequence[Record]) -> Table:
         if top is None or bottom is None:
             rows.append([target, "not measured", ""])
             return
-        ratio, spread = _ratio(top, bottom)
+        ratio, spread = record_ratio(top, bottom)
         rows.append([target, f"{format_number(ratio)} ± {format_number(spread)}x",
                      "met" if ratio >= at_least else "missed"])
 
@@ -405,7 +399,7 @@ def replay_claim_checks(records: Sequence[Record], reference: Sequence[Record] =
                 checks.append(ClaimCheck(claim, f"{machine}: no {LABELS[kind]} and pageable records at "
                                                 f"batch {GPU_TARGET_BATCH:,}"))
                 continue
-            ratio, spread = _ratio(top, bottom)
+            ratio, spread = record_ratio(top, bottom)
             checks.append(ClaimCheck(claim, f"{LABELS[kind]} over {LABELS['host']}, batch "
                                             f"{GPU_TARGET_BATCH:,}, cuda, {machine}", judge(claim, ratio, spread)))
         if not machines:

@@ -44,7 +44,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..bench.claims import CLAIMS, Verdict, judge, speedup_spread
+from ..bench.claims import CLAIMS, Verdict, judge, record_ratio
 from ..bench.records import Record, check_records
 from ..bench.timing import time_callable
 from ..core.checks import check_choices, check_int, check_ints
@@ -175,10 +175,7 @@ def pinned_claim(records: Sequence[Record], nbytes: int = CLAIM_BYTES) -> Verdic
         print(f"pinned-transfer: not measured: needs a GPU (no pinned and pageable host-to-device copy "
               f"of {nbytes / _MIB:g} MiB in these records)")
         return None
-    pinned, pageable = found[PINNED], found[PAGEABLE]
-    ratio = pinned.value / pageable.value
-    spread = speedup_spread(ratio, *((r.spread or 0.0) / r.value for r in (pinned, pageable)))
-    return judge(CLAIMS["pinned-transfer"], ratio, spread)
+    return judge(CLAIMS["pinned-transfer"], *record_ratio(found[PINNED], found[PAGEABLE]))
 
 
 # ---------------------------------------------------------------------------- reading too early
