@@ -232,3 +232,11 @@ def test_memory_bytes_counts_the_storage(kind):
     row = (2 * 11 + 3) * 4 + 4  # obs and next_obs, reward, terminated (float32), action (int64)
     assert set(memory) <= {"host", "pinned", "device", "files"} and len(memory) == 1
     assert sum(memory.values()) >= 100 * row
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_buffer_closes_the_same_way(kind):
+    buffer = make_buffer(kind, 8, (2,))
+    buffer.add(**transitions(0, 3))
+    buffer.close()
+    assert buffer.closed if kind == "memmap" else len(buffer) == 3  # in memory: nothing to release

@@ -211,8 +211,7 @@ def sampling_throughput(device: str | torch.device | None = None, *, kinds=None,
                 for place, nbytes in buffer.memory_bytes().items():
                     records.append(Record(MEMORY_NAME, variant, "memory", nbytes / 2**20, "MiB",
                                           {"place": place, **params}, None, label))
-                if hasattr(buffer, "close"):
-                    buffer.close()
+                buffer.close()
             del buffer, sample
     return records
 
@@ -246,8 +245,7 @@ def dqn_throughput(device: str | torch.device | None = None, *, kinds=None, seco
             synchronize(device)
             rates.append((learner.env_steps - steps) / (time.perf_counter() - start))
         rates.sort()
-        if hasattr(learner.buffer, "close"):
-            learner.buffer.close()
+        learner.buffer.close()
         records.append(Record(DQN_NAME, LABELS[kind], "throughput", rates[1], "steps/s",
                               {"device": device.type, "num_envs": settings.num_envs,
                                "batch_size": settings.batch_size}, rates[2] - rates[0], label))
@@ -291,8 +289,7 @@ def buffer_sync_table(device: str | torch.device | None = None, *, kinds=AUDITED
             report = audit_syncs(fn, device)
             operators = ", ".join(f"{row.operator} x{row.count}" for row in report.rows)
             rows.append([LABELS[kind], call, str(report.total), operators or "none", report.method])
-        if hasattr(buffer, "close"):
-            buffer.close()
+        buffer.close()
     return Table(["buffer", "call", "syncs per call", "operators", "audit method"], rows,
                  [False, False, True, False, False])
 

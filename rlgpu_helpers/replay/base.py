@@ -12,7 +12,9 @@ and answers the same calls, so a learner or a benchmark can swap one for another
 - ``state_dict()`` / ``load_state_dict(state)``: the stored transitions, oldest first, and
   their count. The state does not depend on the kind of buffer, so any buffer can load the
   state of any other (of the same observation shape, with room for it);
-- ``len(buffer)``: transitions stored; ``memory_bytes()``: the bytes the storage takes, by place.
+- ``len(buffer)``: transitions stored; ``memory_bytes()``: the bytes the storage takes, by place;
+- ``close()``: release what the storage holds outside Python's memory (the memmap buffer's files);
+  a no-op for the others, so a caller closes any buffer the same way.
 
 :func:`make_buffer` builds any of them by a short name (:data:`KINDS`), which is how
 ``DQNConfig(buffer=...)`` and the ``replay`` bench suite choose one.
@@ -254,3 +256,6 @@ class ReplayBuffer:
     def memory_bytes(self) -> dict[str, int]:
         """Bytes the storage takes, by place: some of ``"host"``, ``"pinned"``, ``"device"``, ``"files"``."""
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the storage's outside resources; nothing to do for a buffer in memory."""
