@@ -7,6 +7,8 @@ from rlgpu_helpers.bench.envs import claim_checks_table
 from rlgpu_helpers.bench.precision import (
     MEMORY_NAME,
     NAME,
+    PPO_NAME,
+    learning_verdicts,
     plot_learning,
     ppo_records,
     ppo_runs,
@@ -77,10 +79,41 @@ def test_a_cpu_answers_no_gpu_claim():
     assert "not measured" in str(target_checks(records))
 
 
-def test_ppo_in_two_precisions_same_budget():
-    results = ppo_runs("cpu", precisions=("fp32", "bf16"), steps=8192, progress=False)
-    assert set(results) == {"fp32", "bf16"} and all(r.env_steps == 8192 for r in results.values())
+def test_ppo_in_each_variant_same_budget_and_seeds():
+    results = ppo_runs("cpu", variants=("fp32", "bf16", "bf16 whole run"), steps=8192, seeds=(0, 1), progress=False)
+    assert list(results) == ["fp32", "bf16", "bf16 whole run"]
+    assert all(len(runs) == 2 and all(r.env_steps == 8192 for r in runs) for runs in results.values())
+    assert [[r.config["precision"] for r in runs] for runs in results.values()] == [["fp32"] * 2, ["bf16"] * 2,
+                                                                                   ["fp32"] * 2]
+    assert [r.config["seed"] for r in results["bf16"]] == [0, 1]
     records = ppo_records(results, "cpu", machine="m")
-    assert {r.variant for r in records} == {"fp32", "bf16"}
-    assert "fp32" in str(ppo_table(records))
-    assert plot_learning(results).axes[0].get_title()
+    assert {r.variant for r in records} == {"fp32", "bf16", "bf16 whole run"}
+    score = next(r for r in records if r.variant == "fp32" and r.metric == "mean score")
+    scores = [r.mean_score or 0.0 for r in results["fp32"]]
+    assert score.value == pytest.approx(sum(scores) / 2) and score.spread == pytest.approx(abs(scores[0] - scores[1])
+                                                                                         / 2**0.5)
+    assert "bf16 whole run" in str(ppo_table(records))
+    assert len(learning_verdicts(records)) == 2
+    legend = [t.get_text() for t in plot_learning(results).axes[0].get_legend().get_texts()]
+    assert len(legend) == 3 and legend[2].endswith("(the mistake)")
+
+
+def _score(variant, value, spread, seeds=3, machine="m"):
+    return Record(PPO_NAME, variant, "mean score", value, "food/game", {"env_steps": 10, "num_envs": 2,
+                  "device": "cpu", "seeds": seeds}, spread, machine)
+
+
+def test_learning_verdicts_compare_the_difference_with_the_seeds_noise():
+    # noise: hypot(1/sqrt(3), 1/sqrt(3)) = 0.816, so unharmed up to 1.63 food/game
+    records = [_score("fp32", 8.0, 1.0), _score("bf16", 7.0, 1.0), _score("bf16 whole run", 0.2, 0.1)]
+    bf16, whole = learning_verdicts(records)
+    assert bf16.endswith("unharmed") and "-1.00" in bf16 and "±1.63" in bf16
+    assert whole.endswith("worse")
+    assert learning_verdicts([_score("fp32", 8.0, 1.0), _score("bf16", 10.0, 0.5)])[0].endswith("better")
+    assert "one seed each" in learning_verdicts([_score("fp32", 8.0, None, 1), _score("bf16", 1.0, None, 1)])[0]
+    assert learning_verdicts([_score("bf16", 7.0, 1.0, machine="other"), _score("fp32", 8.0, 1.0)]) == []
+
+
+def test_ppo_runs_refuses_an_unknown_variant():
+    with pytest.raises(ValueError, match="variants"):
+        ppo_runs("cpu", variants=("fp16",), steps=8192, progress=False)

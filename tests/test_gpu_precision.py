@@ -15,7 +15,9 @@ from rlgpu_helpers.gpu.precision import (
     check_precision,
     choose_policy,
     fp32_matmul_precision,
+    precision_context,
     scaler_trace,
+    stale_weights_check,
     step_flops,
 )
 
@@ -105,6 +107,24 @@ def test_autocast_of_a_policy_applies_its_dtype():
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
     with autocast(PrecisionPolicy("cpu", "fp32", False, False, ("test",)), "cpu"):
         assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+def test_one_autocast_region_around_an_optimizer_step_keeps_the_stale_weights():
+    changes = stale_weights_check("cpu")
+    stale, uncached, per_forward = changes.values()
+    assert stale == 0.0  # the second forward multiplied by the cached copy of the old weights
+    assert per_forward > 0.1 and uncached == pytest.approx(per_forward, rel=1e-2)
+    with pytest.raises(ValueError, match="dtype='fp32'"):
+        stale_weights_check("cpu", "fp32")
+
+
+def test_precision_context_is_an_autocast_only_for_16_bit_names():
+    with precision_context("bf16", "cpu"):
+        assert torch.is_autocast_enabled("cpu")
+    with precision_context("fp32", "cpu"):
+        assert not torch.is_autocast_enabled("cpu")
+    with pytest.raises(ValueError, match="precision='int8'"):
+        precision_context("int8", "cpu")
 
 
 def test_step_flops_counts_the_matmuls():

@@ -54,6 +54,9 @@ def test_gae_bootstraps_from_next_value_when_the_rollout_ends_mid_episode():
         (dict(accumulation_steps=0), ValueError, "accumulation_steps=0 must be an int >= 1"),
         (dict(num_envs=8, num_steps=4, num_minibatches=2, accumulation_steps=17), ValueError,
          r"accumulation_steps=17 is larger than the minibatch \(16 = num_envs \* num_steps / num_minibatches"),
+        (dict(precision="fp8"), ValueError, "precision='fp8' must be one of"),
+        (dict(precision="fp16"), ValueError, "precision='fp16' needs a GradScaler"),
+        (dict(precision="tf32"), ValueError, "precision='tf32' needs a CUDA GPU"),
     ],
 )
 def test_bad_config_raises(kwargs, error, message):
@@ -93,6 +96,34 @@ def test_the_critic_runs_once_per_rollout_step_and_its_values_are_right():
     with torch.inference_mode():
         torch.testing.assert_close(ppo.values, ppo.model.value(ppo.obs.flatten(0, 1)).view(8, 32))
         torch.testing.assert_close(ppo.next_value, ppo.model.value(ppo.next_obs))
+
+
+def test_bf16_autocasts_each_forward_pass_and_keeps_the_rest_in_float32():
+    """Every forward pass sees the weights as they are now: no autocast region outlives an optimizer step."""
+    fp32 = PPO(PPOConfig(height=6, width=6, num_envs=32, num_steps=8, hidden=16, seed=4))
+    bf16 = PPO(PPOConfig(height=6, width=6, num_envs=32, num_steps=8, hidden=16, seed=4, precision="bf16"))
+    matmuls = []
+    bf16.model.actor[-1].register_forward_hook(lambda module, args, out: matmuls.append(out.dtype))
+    bf16._collect()
+    assert matmuls and set(matmuls) == {torch.bfloat16}
+    for name in ("logprobs", "values", "advantages", "returns"):
+        assert getattr(bf16, name).dtype == torch.float32
+    with torch.inference_mode():  # the same weights in float32 rate bf16's rollout alike, to bf16's rounding
+        logits, values = fp32.model(bf16.obs.flatten(0, 1))
+        logprobs = torch.log_softmax(logits, -1).gather(1, bf16.actions.flatten()[:, None]).squeeze(1)
+    torch.testing.assert_close(bf16.logprobs.flatten(), logprobs, atol=0.02, rtol=0.02)
+    torch.testing.assert_close(bf16.values.flatten(), values, atol=0.02, rtol=0.02)
+    obs = bf16.obs[0]
+    with torch.inference_mode(), bf16._forward():
+        before = bf16.model.logits(obs).float()
+    bf16._update()
+    assert not torch.is_autocast_enabled("cpu")
+    with torch.inference_mode():
+        exact = bf16.model.logits(obs)
+        with bf16._forward():
+            after = bf16.model.logits(obs).float()
+    assert (after - before).abs().max() > 0.01  # the update moved the policy ...
+    torch.testing.assert_close(after, exact, atol=0.02, rtol=0.02)  # ... and the bf16 forward sees it
 
 
 def test_truncated_games_bootstrap_and_terminated_games_do_not():

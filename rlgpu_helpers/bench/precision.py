@@ -10,8 +10,10 @@
   Adam's moments it keeps between steps. A precision a CPU only emulates (fp16 without AMX-FP16) is measured at the
   small widths only, where its step still takes a moment;
 * ``"precision_ppo"`` (:func:`ppo_records`): notebook 11's PPO trained for the same env steps
-  from the same seed in fp32 and in bf16 autocast (where the device multiplies bf16 natively):
-  the mean score at the end and env steps/s, with the learning curves for plotting.
+  from the same seed in each of :data:`LEARNING_VARIANTS` (the bf16 ones where the device
+  multiplies bf16 natively): fp32, bf16 autocast around each forward pass, and the whole run
+  inside one bf16 autocast region (the mistake); the mean score at the end and env steps/s, with
+  the learning curves for plotting.
 
 :func:`precision_claim_checks` judges the guides' statements on mixed precision, and
 :func:`target_checks` the lesson's GPU target (bf16 at least twice fp32 from width 1,024).
@@ -20,12 +22,13 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from ..core.checks import check_choices, check_int, check_ints
+from ..core.checks import check_choices, check_int, check_ints, check_seed
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label
 from ..gpu.memory import peak_memory
@@ -57,6 +60,12 @@ EMULATED_MAX_HIDDEN = 256
 TARGET_HIDDEN, TARGET_SPEEDUP = 1024, 2.0
 """The lesson's GPU target: bf16 at least ``TARGET_SPEEDUP`` x fp32 from this width up."""
 SIXTEEN_BIT = ("bf16", "fp16")
+LEARNING_VARIANTS = {
+    "fp32": "fp32",
+    "bf16": "bf16 autocast around each forward pass (PPOConfig.precision)",
+    "bf16 whole run": "the whole run inside one bf16 autocast region (the mistake)",
+}
+"""How :func:`ppo_runs` can train PPO: its variant names and what each one does."""
 
 
 def default_hiddens() -> tuple[int, ...]:
@@ -110,55 +119,113 @@ def step_records(device: str | torch.device | None = None, *, hiddens=None, batc
     return records
 
 
-def learning_precisions(device: str | torch.device | None = None) -> tuple[str, ...]:
-    """fp32, and bf16 where the device multiplies it natively (an fp16 PPO would need a GradScaler in its update)."""
-    return ("fp32", "bf16") if device_traits(device).bf16_native else ("fp32",)
+def learning_variants(device: str | torch.device | None = None) -> tuple[str, ...]:
+    """fp32, and the bf16 variants where the device multiplies bf16 natively (fp16 would need a GradScaler in PPO's update)."""
+    return tuple(LEARNING_VARIANTS) if device_traits(device).bf16_native else ("fp32",)
 
 
 def default_ppo_steps(device: str | torch.device | None = None) -> int:
     """Env steps per PPO run: enough to see learning, within the notebook's budget."""
     on_gpu = get_device(device, param="device").type == "cuda"
-    return pick(full=5_000_000 if on_gpu else 240_000, quick=16_384)
+    return pick(full=3_000_000 if on_gpu else 240_000, quick=16_384)
 
 
-def ppo_config(device: str | torch.device | None = None, seed: int = 0) -> PPOConfig:
+def default_seeds() -> tuple[int, ...]:
+    """Seeds per variant: three at full size (to see how much seeds alone differ), one in quick mode."""
+    return pick(full=(0, 1, 2), quick=(0,))
+
+
+def ppo_config(device: str | torch.device | None = None, seed: int = 0, precision: str = "fp32") -> PPOConfig:
     """The PPO of the comparison: ``suggested_settings`` on a GPU, a smaller rollout on a CPU."""
     device = get_device(device, param="device")
     settings = suggested_settings(device) if device.type == "cuda" else {"num_envs": 256, "num_steps": 32}
-    return PPOConfig(device=str(device), seed=seed, **settings)
+    return PPOConfig(device=str(device), seed=seed, precision=precision, **settings)
 
 
-def ppo_runs(device: str | torch.device | None = None, *, precisions=None, steps: int | None = None,
-             seed: int = 0, progress: bool = True) -> dict:
-    """Train ``ppo_config(device, seed)`` for ``steps`` env steps in each precision; the ``TrainingResult`` of each.
+def ppo_runs(device: str | torch.device | None = None, *, variants=None, steps: int | None = None,
+             seeds=None, progress: bool = True) -> dict:
+    """Train ``ppo_config(device, seed)`` for ``steps`` env steps per seed in each of ``variants``.
 
-    A precision runs as a ``PrecisionPolicy`` wrapped around the whole run (``gpu.precision.autocast``):
-    acting, the rollout and the update all in that autocast; PPO itself is unchanged.
+    Returns ``{variant: [TrainingResult per seed]}``. ``"fp32"`` and ``"bf16"`` set
+    ``PPOConfig.precision``, which autocasts each forward pass on its own. ``"bf16 whole run"``
+    trains the fp32 config inside one bf16 autocast region held open for the whole run
+    (``gpu.precision.autocast`` around ``train``): acting, the update and every optimizer step in
+    the same region.
     """
     device = get_device(device, param="device")
-    precisions = learning_precisions(device) if precisions is None else check_choices(
-        "precisions", precisions, ("fp32", "bf16"))
+    variants = learning_variants(device) if variants is None else check_choices(
+        "variants", variants, tuple(LEARNING_VARIANTS))
     steps = default_ppo_steps(device) if steps is None else check_int("steps", steps)
+    seeds = default_seeds() if seeds is None else tuple(check_ints("seeds", seeds, 0))
     results = {}
-    for precision in precisions:
-        policy = PrecisionPolicy(device.type, precision, False, False, (f"{precision} for the comparison",))
-        learner = PPO(ppo_config(device, seed))
-        with autocast(policy, device):
-            results[precision] = train(learner, steps=steps, progress=progress)
+    for variant in variants:
+        results[variant] = []
+        for seed in seeds:
+            check_seed("seeds", seed)
+            if variant == "bf16 whole run":
+                policy = PrecisionPolicy(device.type, "bf16", False, False, ("one autocast region around the run",))
+                with autocast(policy, device):
+                    result = train(PPO(ppo_config(device, seed)), steps=steps, progress=progress)
+            else:
+                result = train(PPO(ppo_config(device, seed, variant)), steps=steps, progress=progress)
+            results[variant].append(result)
+    return results
+
+
+def _check_runs(results) -> dict:
+    if (not isinstance(results, dict) or not results
+            or not all(isinstance(runs, list) and runs for runs in results.values())):
+        raise ValueError(f"results={results!r} must be the dict ppo_runs returns: a non-empty list of runs per variant")
     return results
 
 
 def ppo_records(results: dict, device: str | torch.device | None = None, machine: str | None = None) -> list[Record]:
-    """The final mean score (food per game, last 100 games) and env steps/s of each run of :func:`ppo_runs`."""
+    """Per variant of :func:`ppo_runs`: the final mean score over its seeds and the median env steps/s.
+
+    The score is the mean over seeds of each run's mean score of its last 100 games (food per
+    game), with the standard deviation across seeds as its spread (none from one seed); a run in
+    which no game finished counts as 0.
+    """
     device = get_device(device, param="device")
     label, records = _label(device, machine), []
-    for precision, result in results.items():
-        params = {"env_steps": result.env_steps, "num_envs": result.config["num_envs"], "device": device.type}
-        if result.mean_score is not None:
-            records.append(Record(PPO_NAME, precision, "mean score", result.mean_score, "food/game", params, None, label))
-        records.append(Record(PPO_NAME, precision, "throughput", result.steps_per_second, "steps/s", params, None,
+    for variant, runs in _check_runs(results).items():
+        params = {"env_steps": runs[0].env_steps, "num_envs": runs[0].config["num_envs"], "device": device.type,
+                  "seeds": len(runs)}
+        scores = torch.tensor([run.mean_score or 0.0 for run in runs], dtype=torch.float64)
+        spread = scores.std().item() if len(runs) > 1 else None
+        records.append(Record(PPO_NAME, variant, "mean score", scores.mean().item(), "food/game", params, spread,
                               label))
+        rate = statistics.median(run.steps_per_second for run in runs)
+        records.append(Record(PPO_NAME, variant, "throughput", rate, "steps/s", params, None, label))
     return records
+
+
+def learning_verdicts(records: Sequence[Record]) -> list[str]:
+    """For each 16-bit variant beside fp32 on the same machine: is its final score within the seeds' noise?
+
+    "unharmed" when the difference of the mean scores is at most twice the standard error of
+    that difference (the seeds' standard deviations), "worse" or "better" beyond it, and "one seed
+    each: no noise to compare with" when there is a single seed.
+    """
+    scores = {(r.machine, r.params["device"], r.variant): r for r in check_records(records)
+              if r.name == PPO_NAME and r.metric == "mean score"}
+    lines = []
+    for (machine, device, variant), record in scores.items():
+        base = scores.get((machine, device, "fp32"))
+        if variant == "fp32" or base is None:
+            continue
+        difference = record.value - base.value
+        head = (f"{variant} ({machine}, {device}): {record.value:.2f} food/game against fp32's {base.value:.2f}, "
+                f"{difference:+.2f}")
+        if record.spread is None or base.spread is None:
+            lines.append(f"{head}; one seed each: no noise to compare with")
+            continue
+        noise = math.hypot(record.spread / math.sqrt(record.params["seeds"]),
+                           base.spread / math.sqrt(base.params["seeds"]))
+        outcome = "unharmed" if abs(difference) <= 2 * noise else ("worse" if difference < 0 else "better")
+        lines.append(f"{head}, seeds' noise ±{2 * noise:.2f} (two standard errors over "
+                     f"{record.params['seeds']} and {base.params['seeds']} seeds): {outcome}")
+    return lines
 
 
 def measure_precision(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
@@ -325,33 +392,35 @@ def precision_claim_checks(records: Sequence[Record], reference: Sequence[Record
 
 
 def ppo_table(records: Sequence[Record]) -> Table:
-    """Per machine and precision: the PPO run's env steps, its final mean score and its env steps/s."""
+    """Per machine and variant (:data:`LEARNING_VARIANTS`): env steps per run, seeds, the final mean score ± its spread across seeds, env steps/s."""
     ppo = [r for r in check_records(records) if r.name == PPO_NAME]
     rows = []
     for machine, device, precision in dict.fromkeys((r.machine, r.params["device"], r.variant) for r in ppo):
         mine = {r.metric: r for r in ppo if (r.machine, r.params["device"], r.variant) == (machine, device, precision)}
         steps = next(iter(mine.values())).params["env_steps"]
-        score = format_number(mine["mean score"].value) if "mean score" in mine else "no game finished"
+        score = mine["mean score"]
+        score = format_number(score.value) + (f" ± {format_number(score.spread)}" if score.spread is not None else "")
         rate = format_number(mine["throughput"].value) if "throughput" in mine else ""
-        rows.append([machine, device, precision, f"{steps:,}", score, rate])
-    return Table(["machine", "device", "precision", "env steps", "mean score, last 100 games (food/game)",
-                  "env steps/s"], rows, [False, False, False, True, True, True])
+        seeds = next(iter(mine.values())).params.get("seeds", 1)
+        rows.append([machine, device, precision, f"{steps:,}", str(seeds), score, rate])
+    return Table(["machine", "device", "variant", "env steps per run", "seeds",
+                  "mean score, last 100 games (food/game)", "env steps/s"], rows,
+                 [False, False, False, True, True, True, True])
 
 
 def plot_learning(results: dict):
-    """Learning curves of :func:`ppo_runs`: mean score of the last 100 games against env steps, one line per precision."""
+    """Learning curves of :func:`ppo_runs`: mean score of the last 100 games against env steps, one colour per variant, a line per seed."""
     import matplotlib.pyplot as plt
 
-    if not isinstance(results, dict) or not results:
-        raise ValueError(f"results={results!r} must be the non-empty dict ppo_runs returns")
     fig, ax = plt.subplots(figsize=(7, 3.8), layout="constrained")
-    for precision, result in results.items():
-        points = [p for p in result.curve if p["mean_score"] is not None]
-        ax.plot([p["env_steps"] for p in points], [p["mean_score"] for p in points], marker="o", markersize=3,
-                label=f"{precision} autocast" if precision != "fp32" else "fp32")
+    for index, (variant, runs) in enumerate(_check_runs(results).items()):
+        for number, run in enumerate(runs):
+            points = [p for p in run.curve if p["mean_score"] is not None]
+            ax.plot([p["env_steps"] for p in points], [p["mean_score"] for p in points], color=f"C{index}",
+                    linewidth=1.2, alpha=0.8, label=LEARNING_VARIANTS.get(variant, variant) if number == 0 else None)
     ax.set_xlabel("env steps")
     ax.set_ylabel("mean score, last 100 games (food/game)")
-    ax.set_title("PPO on Snake: the same seed and budget in each precision")
+    ax.set_title("PPO on Snake: the same seeds and env steps in each variant")
     ax.legend()
     plt.close(fig)  # shown once, as the cell's value
     return fig

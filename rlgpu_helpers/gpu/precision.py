@@ -16,12 +16,17 @@ loss by a large scale before ``backward`` and divides the gradients by it before
 step: :class:`TrainStep` does this with ``torch.amp.GradScaler``, which also skips a step whose
 gradients hold inf or NaN and halves the scale, and doubles it again after a run of good steps
 (:func:`scaler_trace` records that on a real run).
+
+Autocast belongs around the forward pass and the loss only (:func:`precision_context`): a region
+held open across optimizer steps keeps multiplying by the 16-bit weights it cached first
+(:func:`stale_weights_check`), which is how a whole PPO run inside one autocast learns nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 
 import torch
@@ -178,23 +183,74 @@ def choose_policy(traits: DeviceTraits, cpu_bf16_speedup: float | None = None,
         f"mixed precision on {traits.type} is not covered by this course: fp32",))
 
 
-def autocast(policy: PrecisionPolicy, device: str | torch.device | None = None):
-    """A context in which ``policy`` holds: its autocast (bf16, fp16) and its TF32 setting.
+def precision_context(precision: str, device: str | torch.device | None = None):
+    """A context for **forward passes and losses** in ``precision``: its autocast (bf16, fp16) and TF32 setting.
 
-    For code that cannot take a ``GradScaler`` (a learner's own update), so only for policies
-    without one: an fp16 policy raises ``ValueError``.
+    Wrap only the forward pass and the loss in it, never an optimizer step. Autocast keeps the
+    16-bit copy of each weight it casts for as long as its region lasts (its cast cache), so a
+    region held open across ``optimizer.step()`` goes on multiplying by the weights of its first
+    forward pass: the model stops changing, however well the optimizer works
+    (:func:`stale_weights_check` shows it). Leaving the region frees the cache. ``"fp32"`` runs
+    CUDA float32 matmuls in full float32, ``"tf32"`` in TF32; on a CPU both are plain float32.
+    """
+    precision = check_precision("precision", precision)
+    device = get_device(device, param="device")
+    stack = contextlib.ExitStack()
+    stack.enter_context(fp32_matmul_precision(precision == "tf32"))
+    stack.enter_context(torch.amp.autocast(device.type, dtype=AUTOCAST_DTYPES.get(precision, torch.bfloat16),
+                                           enabled=precision in AUTOCAST_DTYPES))
+    return stack
+
+
+def autocast(policy: PrecisionPolicy, device: str | torch.device | None = None):
+    """:func:`precision_context` for ``policy``, for code that cannot take a ``GradScaler``.
+
+    Only for policies without a scaler: an fp16 policy raises ``ValueError``, since its step
+    needs ``GradScaler`` calls around ``backward`` and ``optimizer.step()``.
     """
     if not isinstance(policy, PrecisionPolicy):
         raise TypeError(f"policy={policy!r} must be a PrecisionPolicy (see choose_policy)")
     if policy.grad_scaler:
         raise ValueError(f"policy.precision={policy.precision!r} needs a GradScaler inside the update, "
-                         "which a context around the training loop cannot add")
+                         "which a context around the forward pass cannot add")
+    return precision_context(policy.precision, device)
+
+
+def stale_weights_check(device: str | torch.device | None = "cpu", dtype: str = "bf16") -> dict[str, float]:
+    """How much one optimizer step changes a layer's autocast output, for three ways of placing autocast.
+
+    A ``Linear`` layer takes one SGD step (learning rate 1) and is run again on the same input.
+    Returns the largest change of its output for:
+
+    * ``"one region around forward, step and forward"``: 0, the second forward reuses the
+      16-bit weights cached by the first (the mistake);
+    * ``"one region, cache_enabled=False"``: the true change, at the price of casting the
+      weights again at every use;
+    * ``"a region per forward pass"``: the true change (the right way).
+    """
     device = get_device(device, param="device")
-    stack = contextlib.ExitStack()
-    stack.enter_context(fp32_matmul_precision(policy.tf32))
-    stack.enter_context(torch.amp.autocast(device.type, dtype=AUTOCAST_DTYPES.get(policy.precision, torch.bfloat16),
-                                           enabled=policy.precision in AUTOCAST_DTYPES))
-    return stack
+    dtype = check_choice("dtype", dtype, tuple(AUTOCAST_DTYPES))
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 16, generator=generator).to(device)
+    changes = {}
+    for name in ("one region around forward, step and forward", "one region, cache_enabled=False",
+                 "a region per forward pass"):
+        torch.manual_seed(0)
+        layer = nn.Linear(16, 4).to(device)
+        optimizer = torch.optim.SGD(layer.parameters(), lr=1.0)
+        region = functools.partial(torch.amp.autocast, device.type, dtype=AUTOCAST_DTYPES[dtype],
+                                   cache_enabled=name != "one region, cache_enabled=False")
+        with region():
+            before = layer(x)
+            before.float().square().mean().backward()
+            optimizer.step()
+            if name != "a region per forward pass":
+                after = layer(x)
+        if name == "a region per forward pass":
+            with region():
+                after = layer(x)
+        changes[name] = (after.float() - before.float()).abs().max().item()
+    return changes
 
 
 class TrainStep:
@@ -234,9 +290,7 @@ class TrainStep:
 
     def loss(self) -> torch.Tensor:
         """The loss of the batch, in the step's precision (float32 out)."""
-        dtype = AUTOCAST_DTYPES.get(self.precision, torch.bfloat16)
-        with (fp32_matmul_precision(self.precision == "tf32"),
-              torch.amp.autocast(self.device.type, dtype=dtype, enabled=self.precision in AUTOCAST_DTYPES)):
+        with precision_context(self.precision, self.device):
             logits, value = self.model(self.obs)
             return (nn.functional.cross_entropy(logits.float(), self.actions)
                     + (value.float() - self.returns).pow(2).mean())

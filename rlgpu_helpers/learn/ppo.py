@@ -17,6 +17,12 @@ advantages are normalized with the mean and standard deviation of the whole mini
 micro-batch's loss is weighted by its share of the minibatch. ``K = 1`` is the ordinary update,
 operation for operation.
 
+Mixed precision (notebook 08): ``PPOConfig.precision = "bf16"`` runs every forward pass of the
+model (acting, the critic, the loss) inside its own bf16 autocast region
+(``gpu.precision.precision_context``) and takes the outputs back to float32 before anything
+else: log-probabilities, ratios, advantages and losses stay float32, and no autocast region is
+open during ``backward`` or an optimizer step.
+
 Auto-reset happens inside the env step (``AutoresetMode.SAME_STEP``). A game cut off by the step
 limit (``truncated``) did not end: its reward is topped up with the discounted value of its real
 last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
@@ -26,6 +32,7 @@ observations and those last observations in one pass per step.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import torch
@@ -33,6 +40,7 @@ import torch
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
+from ..gpu.precision import check_precision, precision_context
 from ..snake import rules
 from ..snake.vec import VecSnake
 from .nets import ActorCritic
@@ -76,6 +84,10 @@ class PPOConfig:
     larger when it does not divide) and gives exactly the same update. 1: no accumulation."""
     hidden: int = 64
     """Width of the hidden layers."""
+    precision: str = "fp32"
+    """The forward passes' precision (notebook 08): ``"fp32"`` (no autocast or TF32 setting of its own),
+    ``"tf32"`` (float32 with TF32 matmuls, CUDA only) or ``"bf16"`` (autocast around each forward pass
+    only). fp16 would need a GradScaler in the update, which PPO does not take."""
     seed: int = 0
     device: str = "cpu"
 
@@ -86,7 +98,12 @@ class PPOConfig:
             check_int(name, getattr(self, name), 1)
         check_bool("anneal_lr", self.anneal_lr)
         check_seed("seed", self.seed)
-        get_device(self.device, param="device")
+        device = get_device(self.device, param="device")
+        if check_precision("precision", self.precision) == "fp16":
+            raise ValueError("precision='fp16' needs a GradScaler in the update, which PPO does not take: "
+                             "use 'bf16' (no scaler needed) or 'fp32'")
+        if self.precision == "tf32" and device.type != "cuda":
+            raise ValueError(f"precision='tf32' needs a CUDA GPU, not device={self.device!r}")
         if (self.num_envs * self.num_steps) % self.num_minibatches:
             raise ValueError(
                 f"num_envs * num_steps ({self.num_envs * self.num_steps}) must be divisible by "
@@ -196,7 +213,8 @@ class PPO:
     def _collect(self):
         c = self.config
         with torch.inference_mode():
-            self.next_value = self.model.value(self.next_obs)  # rated by the critic as it is now
+            with self._forward():  # rated by the critic as it is now
+                self.next_value = self.model.value(self.next_obs).float()
             for t in range(c.num_steps):
                 self.rollout_step(t)
             self.advantages, self.returns = compute_gae(
@@ -211,20 +229,32 @@ class PPO:
         and the real last observations of the games that just finished (for the bootstrap).
         """
         c, obs = self.config, self.next_obs
-        logits = self.model.logits(obs)
+        with self._forward():
+            logits = self.model.logits(obs).float()
         action = sample_actions(logits)
         self.obs[t] = obs
         self.actions[t] = action
         self.logprobs[t] = torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
         self.values[t] = self.next_value
         obs, reward, terminated, truncated, info = self.env.step(action)
-        values = self.model.value(torch.cat([obs, info["final_obs"]]))
+        with self._forward():
+            values = self.model.value(torch.cat([obs, info["final_obs"]])).float()
         self.next_obs, self.next_value = obs, values[: c.num_envs]
         # A truncated game did not end: bootstrap from the value of its real last observation.
         self.rewards[t] = reward + c.gamma * values[c.num_envs :] * truncated
         self.dones[t] = (terminated | truncated).to(torch.float32)
         self.scores[t] = info["episode"]["score"]
         self.finished[t] = info["_episode"]
+
+    def _forward(self):
+        """The context of every forward pass: ``config.precision``'s autocast and TF32 setting, only around it.
+
+        fp32 adds no context: the forward passes run as the code around the learner sets them
+        (notebook 08 wraps a whole fp32 run in one autocast region to show what that does).
+        """
+        if self.config.precision == "fp32":
+            return contextlib.nullcontext()
+        return precision_context(self.config.precision, self.device)
 
     def _update(self):
         c = self.config
@@ -256,7 +286,9 @@ class PPO:
         mean, std = whole.mean(), whole.std()
 
         def loss(rows: torch.Tensor) -> torch.Tensor:
-            logits, value = self.model(obs[rows])
+            with self._forward():
+                logits, value = self.model(obs[rows])
+            logits, value = logits.float(), value.float()
             log_all = torch.log_softmax(logits, -1)
             new_logprob = log_all.gather(1, actions[rows, None]).squeeze(1)
             ratio = (new_logprob - logprobs[rows]).exp()
