@@ -20,7 +20,9 @@ each lesson's helpers live:
                                   replay.prioritized, bench.replay
 06    batch_size_and_memory       gpu.memory, gpu.monitor, bench.batch_size
 07    gradient_accumulation       gpu.accumulate, learn.ppo (accumulation), bench.accumulation
-08    mixed_precision             gpu.precision, bench.precision
+08    mixed_precision             gpu.precision, learn.ppo (precision), bench.precision
+09    compile_and_graphs          gpu.graphs, bench.graphs
+10    multi_gpu                   gpu.distributed, bench.ddp
 11    capstone                    learn.ppo, learn.dqn, learn.training, learn.checkpoint,
                                   learn.agents, bench.time_to_score
 ====  ==========================  ==========================================================

@@ -55,6 +55,7 @@ def test_gae_bootstraps_from_next_value_when_the_rollout_ends_mid_episode():
         (dict(num_envs=8, num_steps=4, num_minibatches=2, accumulation_steps=17), ValueError,
          r"accumulation_steps=17 is larger than the minibatch \(16 = num_envs \* num_steps / num_minibatches"),
         (dict(precision="fp8"), ValueError, "precision='fp8' must be one of"),
+        (dict(target_kl=0.0), ValueError, "target_kl=0.0 must be a finite number > 0"),
         (dict(precision="fp16"), ValueError, "precision='fp16' needs a GradScaler"),
         (dict(precision="tf32"), ValueError, "precision='tf32' needs a CUDA GPU"),
     ],
@@ -124,6 +125,23 @@ def test_bf16_autocasts_each_forward_pass_and_keeps_the_rest_in_float32():
             after = bf16.model.logits(obs).float()
     assert (after - before).abs().max() > 0.01  # the update moved the policy ...
     torch.testing.assert_close(after, exact, atol=0.02, rtol=0.02)  # ... and the bf16 forward sees it
+
+
+def test_target_kl_stops_the_update_after_the_epoch_that_moved_the_policy_too_far():
+    settings = dict(height=6, width=6, num_envs=32, num_steps=8, hidden=16, seed=5, update_epochs=6,
+                    learning_rate=3e-2, anneal_lr=False)
+    epochs = {}
+    for target_kl in (None, 1e-9):
+        ppo = PPO(PPOConfig(**settings, target_kl=target_kl))
+        calls = []
+        ppo.optimizer.register_step_post_hook(lambda optimizer, args, kwargs: calls.append(1))
+        ppo._collect()
+        idx = torch.arange(64)
+        assert ppo._approx_kl(idx).item() == pytest.approx(0.0, abs=1e-6)  # no step yet: the same policy
+        ppo._update()
+        assert ppo._approx_kl(idx).item() > 1e-9
+        epochs[target_kl] = len(calls) // ppo.config.num_minibatches
+    assert epochs == {None: 6, 1e-9: 1}
 
 
 def test_truncated_games_bootstrap_and_terminated_games_do_not():

@@ -19,5 +19,7 @@ The suites, each measuring what its lesson teaches:
 - ``batch_size``: samples/s and peak memory by batch size, the largest batch, utilization (06);
 - ``accumulation``: peak memory and time per update against accumulation steps (07);
 - ``precision``: step time and memory by width and precision, PPO learning in each (08);
+- ``graphs``: time per step eager, compiled and graph-captured, by part of the iteration and N (09);
+- ``ddp``: env steps/s and time per update by number of processes (10);
 - ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11).
 """

@@ -6,4 +6,6 @@
 - ``monitor``: utilization sampled in the background, and the profiler over PPO (06).
 - ``accumulate``: one optimizer step over K micro-batches, and the proof it equals the full batch (07).
 - ``precision``: the precision policy (bf16, fp16 + GradScaler, TF32, fp32) and a step in it (08).
+- ``graphs``: launch overhead, ``torch.compile`` and CUDA graphs of the env step and the update (09).
+- ``distributed``: data-parallel PPO with DDP under ``torchrun``, gloo on CPUs, NCCL on GPUs (10).
 """

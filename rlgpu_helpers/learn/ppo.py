@@ -77,6 +77,10 @@ class PPOConfig:
     """Weight of the value loss."""
     max_grad_norm: float = 0.5
     """Gradient clipping threshold (global L2 norm), applied once per minibatch to the summed gradient."""
+    target_kl: float | None = None
+    """Stop an update's epochs early once the policy has moved this far (the approximate KL divergence
+    from the rollout's policy, on the epoch's last minibatch); None: always run every epoch. Checking
+    it reads one number back to the host per epoch."""
     accumulation_steps: int = 1
     """Micro-batches per minibatch (notebook 07): each minibatch's gradient is accumulated over this
     many forward and backward passes before the one optimizer step, so the update needs the memory
@@ -121,6 +125,8 @@ class PPOConfig:
             check_number(name, getattr(self, name), above=0)
         for name in ("ent_coef", "vf_coef"):
             check_number(name, getattr(self, name), at_least=0)
+        if self.target_kl is not None:
+            check_number("target_kl", self.target_kl, above=0)
 
 
 def suggested_settings(device) -> dict:
@@ -266,6 +272,24 @@ class PPO:
                 idx = order[start : start + minibatch]
                 accumulated_step(self.optimizer, self._minibatch_loss(idx), idx,
                                  accumulation_steps=c.accumulation_steps, max_grad_norm=c.max_grad_norm)
+            if c.target_kl is not None and self._approx_kl(idx).item() > c.target_kl:
+                break  # the one host read of an update, once per epoch, only with target_kl
+
+    def _approx_kl(self, idx: torch.Tensor) -> torch.Tensor:
+        """KL(rollout policy || current policy) estimated on the transitions ``idx`` (``(r - 1) - log r``, r the ratio)."""
+        with torch.no_grad(), self._forward():
+            logits = self.model.logits(self.obs.flatten(0, 1)[idx])
+        log_ratio = (torch.log_softmax(logits.float(), -1).gather(1, self.actions.flatten()[idx, None]).squeeze(1)
+                     - self.logprobs.flatten()[idx])
+        return self._mean_over_learners((log_ratio.exp() - 1 - log_ratio).mean())
+
+    def _mean_over_learners(self, value: torch.Tensor) -> torch.Tensor:
+        """``value`` averaged over every learner that shares this update: here just one (notebook 10 has several)."""
+        return value
+
+    def _advantage_stats(self, advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and standard deviation that normalize a minibatch's advantages (notebook 10 takes them over every learner)."""
+        return advantages.mean(), advantages.std()
 
     def _minibatch_loss(self, idx: torch.Tensor, normalize_advantages_over: str = "minibatch"):
         """PPO's loss on the transitions ``idx`` of the flattened rollout, as a function of a piece of ``idx``.
@@ -282,8 +306,7 @@ class PPO:
         obs = self.obs.flatten(0, 1)
         actions, logprobs = self.actions.flatten(), self.logprobs.flatten()
         advantages, returns = self.advantages.flatten(), self.returns.flatten()
-        whole = advantages[idx]
-        mean, std = whole.mean(), whole.std()
+        mean, std = self._advantage_stats(advantages[idx])
 
         def loss(rows: torch.Tensor) -> torch.Tensor:
             with self._forward():
