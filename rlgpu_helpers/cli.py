@@ -1,6 +1,7 @@
 """The command line: ``python -m rlgpu_helpers bench | train | play``.
 
-Introduced in notebook 00 (``bench``); ``train`` and ``play`` come with notebook 11.
+Introduced in notebook 00 (``bench``); ``train`` and ``play`` come with notebook 11, ``train --nproc N``
+(data-parallel, started by torchrun) with notebook 10.
 
 ``bench`` runs a benchmark suite, prints its table and can store the records: ``--json`` in any
 file, ``--save`` in this machine's reference file under ``data/reference/``, which the notebooks
@@ -110,7 +111,7 @@ def _typed_settings(algorithm: str, pairs) -> dict:
     for name, text in pairs:
         if name not in fields:
             raise UsageError(f"--set {name}: {algorithm} has no setting {name!r}; it has {sorted(fields)}")
-        kind = type(fields[name].default)
+        kind = type(fields[name].default) if fields[name].default is not None else float  # None: an optional float
         try:
             if kind is bool:
                 if text.lower() not in ("true", "false", "1", "0"):
@@ -133,6 +134,8 @@ def run_train(args: argparse.Namespace) -> int:
     from .learn.checkpoint import CheckpointError
     from .learn.training import make_learner, train
 
+    if args.nproc > 1:
+        return _run_data_parallel(args)
     if args.seconds is None and args.steps is None:
         args.seconds = 300.0
     given = [f"--{name}" for name in _LEARNER_OPTIONS if getattr(args, name) not in (None, [])]
@@ -197,6 +200,34 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` less its ``--nproc N`` (or ``--nproc=N``)."""
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--nproc":
+            skip = True
+        elif not token.startswith("--nproc="):
+            kept.append(token)
+    return kept
+
+
+def _run_data_parallel(args: argparse.Namespace) -> int:
+    """``train --nproc N``: the same training, data-parallel on N processes started by torchrun (notebook 10)."""
+    import subprocess
+
+    from .gpu.distributed import torchrun_command
+
+    if args.algo not in (None, "ppo"):
+        raise UsageError(f"--nproc {args.nproc}: data-parallel training is PPO only, not --algo {args.algo}")
+    if args.agent is not None:
+        raise UsageError(f"--nproc {args.nproc} does not write --agent: play the checkpoint in --out instead")
+    command = torchrun_command(args.nproc, _without_nproc(args.argv) + ["--no-progress"] * (not sys.stderr.isatty()))
+    print(f"Starting {args.nproc} processes: {shlex.join(command)}", flush=True)
+    return subprocess.call(command)
+
+
 def _positive(kind):
     def parse(text):
         try:
@@ -236,6 +267,9 @@ def add_train(subparsers) -> None:
                         help="seconds between checkpoints (default: %(default)s)")
     parser.add_argument("--agent", default=None, metavar="PATH", help="also save the trained agent (network only)")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the learning curve and summary")
+    parser.add_argument("--nproc", type=_positive(int), default=1,
+                        help="data-parallel PPO on this many processes, started by torchrun: gloo on CPUs, "
+                             "one GPU each with NCCL (notebook 10; default: %(default)s, no torchrun)")
     parser.set_defaults(run=run_train)
 
 

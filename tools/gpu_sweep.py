@@ -83,6 +83,10 @@ CALLS = (
          (Step("suite", "batch_size"),)),
     Call("notebooks 07 and 08: accumulation steps, then precisions by width and PPO in bf16", 5.0,
          (Step("suite", "accumulation"), Step("suite", "precision"))),
+    Call("notebook 09: time per step eager, compiled, reduce-overhead and graph-captured; launches per step", 8.0,
+         (Step("suite", "graphs"),)),
+    Call("notebook 10: data-parallel PPO by processes, on the CPU's cores (gloo) and one GPU (NCCL)", 3.0,
+         (Step("suite", "ddp"),)),
     Call("time to a mean score: PPO on the GPU, three seeds of 120 s", 7.0,
          (Step("suite", "training", {"setups": ("ours",), "seeds": (0, 1, 2), "budget_s": 120.0}),)),
 )

@@ -41,6 +41,7 @@ GUIDE_GPU_RL = "GPU Utilization for Reinforcement Learning (guide)"
 GUIDE_SNAKE_OPT = "Performance Optimizations for Snake RL Training (guide)"
 GUIDE_UARA_DRL = "GPU Optimization Guide for UARA-DRL (guide)"
 GUIDE_TETRIS = "GPU-Optimized DQN Tetris Training (guide)"
+LEANRL = "LeanRL README, pytorch-labs/LeanRL: their speed-up table, H100 (guide)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +174,22 @@ CLAIMS = _claims(
           "completion", 3.0, 3.0, "x", "speedup", "learning every 4 steps against every step", "02"),
     Claim("all-cores", GUIDE_SNAKE_OPT, "Configure PyTorch to use all available CPU cores ... ~50% faster on "
           "multi-core CPUs", 1.5, 1.5, "x", "speedup", "all cores against one thread", "02"),
+    # notebook 09: LeanRL's published speed-up table (theirs: an H100, simulation on the CPU)
+    Claim("leanrl-ppo-atari", LEANRL, "PPO (Atari): 1022 fps (CleanRL implementation) ... 6809 fps "
+          "(compile+cudagraphs), overall speed-up 6.8x", 6809 / 1022, 6809 / 1022, "x", "speedup",
+          "a PPO iteration compiled and graph-captured against eager, on a GPU", "09"),
+    Claim("leanrl-ppo-continuous", LEANRL, "PPO (Continuous action): 652 fps (CleanRL implementation) ... 1774 "
+          "fps (compile+cudagraphs), overall speed-up 2.7x", 1774 / 652, 1774 / 652, "x", "speedup",
+          "a PPO iteration compiled and graph-captured against eager, on a GPU", "09"),
+    Claim("leanrl-compile-alone", LEANRL, "the compile column against the LeanRL implementation column: 3841/3728 "
+          "(PPO Atari), 908/683 (PPO continuous), 255/130 (SAC), 272/247 (TD3)", 3841 / 3728, 255 / 130, "x",
+          "speedup", "a PPO iteration compiled (no CUDA graphs) against eager, on a GPU", "09"),
+    # notebook 10: several GPUs, data-parallel
+    Claim("ddp-further-speedup", GUIDE_GPU_RL, "Multi-GPU Training ... Benefits: 2-4x further speedup", 2.0, 4.0, "x",
+          "speedup", "PPO's env steps/s with the most GPUs measured (one process each) against one GPU", "10"),
+    Claim("ddp-diminishing-beyond-4", GUIDE_GPU_RL, "Multi-GPU Training ... Challenges: Diminishing returns beyond "
+          "4 GPUs", 1.0, 2.0, "x", "speedup", "PPO's env steps/s with 8 GPUs against 4: more, but less than twice "
+          "(twice would be no diminishing)", "10"),
 )
 
 

@@ -17,7 +17,9 @@ import torch
 from .accumulation import measure_accumulation
 from .batch_size import measure_batch_size
 from .ceilings import measure_ceilings
+from .ddp import measure_ddp
 from .envs import measure_env_throughput, measure_sync_costs
+from .graphs import measure_graphs
 from .launch import measure_launch
 from .loop import measure_tunings
 from .precision import measure_precision
@@ -47,5 +49,7 @@ SUITES = {
     "batch_size": Suite(measure_batch_size, "06: samples/s and peak memory against batch size, the largest batch"),
     "accumulation": Suite(measure_accumulation, "07: peak memory and time per update against accumulation steps"),
     "precision": Suite(measure_precision, "08: step time and memory by precision and width, PPO in bf16"),
+    "graphs": Suite(measure_graphs, "09: time per step eager, compiled and graph-captured, by part and N"),
+    "ddp": Suite(measure_ddp, "10: PPO's env steps/s and time per update by processes (torchrun, DDP)"),
     "training": Suite(measure_training, "11: time to a mean score, PPO against the baselines"),
 }

@@ -21,9 +21,10 @@ be computed over the whole batch, not per micro-batch: ``learn.ppo`` shows how.
 :func:`accumulated_step` is the whole update: ``zero_grad``, the K backward passes, gradient
 clipping **once**, on the summed gradient (clipping each micro-batch's gradient would clip a
 different vector), and one ``optimizer.step()``. Nothing in it reads a value back to the host,
-so on a GPU it queues the whole update without waiting. (Under ``DistributedDataParallel`` the
-first K - 1 backward passes would go inside ``model.no_sync()``, so that only the last one
-all-reduces: notebook 10.)
+so on a GPU it queues the whole update without waiting. Under ``DistributedDataParallel`` the
+first K - 1 micro-batches should run inside ``model.no_sync()``, so that only the last backward
+all-reduces: inside ``with sync_last_micro_batch_only(model.no_sync):`` :func:`accumulate_gradients`
+does that (notebook 10); outside it, nothing changes.
 
 :func:`gradient_difference` and :func:`parameter_change` are the proof: the same model, the same
 batch, the gradient (or the optimizer's update) computed in one piece and accumulated, compared
@@ -34,6 +35,8 @@ float32's rounding. Networks whose output for a row depends on the other rows of
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
@@ -146,6 +149,25 @@ def micro_batches(batch, *, accumulation_steps: int | None = None, micro_batch_s
 
 # ---------------------------------------------------------------------------- accumulating
 
+_NO_SYNC = contextvars.ContextVar("no_sync", default=None)
+
+
+@contextlib.contextmanager
+def sync_last_micro_batch_only(no_sync: Callable[[], contextlib.AbstractContextManager]):
+    """Inside it, :func:`accumulate_gradients` runs every micro-batch but the last inside ``no_sync()``.
+
+    ``no_sync`` is DDP's ``model.no_sync``: its backward passes then only add into ``.grad``, and
+    the last one all-reduces the sum, once per batch instead of once per micro-batch (notebook 10).
+    """
+    if not callable(no_sync):
+        raise TypeError(f"no_sync={no_sync!r} must be callable, such as DistributedDataParallel.no_sync")
+    token = _NO_SYNC.set(no_sync)
+    try:
+        yield
+    finally:
+        _NO_SYNC.reset(token)
+
+
 def accumulate_gradients(loss_fn: Callable[[object], torch.Tensor], batch, *, accumulation_steps: int | None = None,
                          micro_batch_size: int | None = None, scaling: str = "share") -> torch.Tensor:
     """Add into every ``.grad`` the gradient of the mean loss over ``batch``, one micro-batch at a time.
@@ -166,22 +188,29 @@ def accumulate_gradients(loss_fn: Callable[[object], torch.Tensor], batch, *, ac
         raise TypeError(f"loss_fn={loss_fn!r} must be callable")
     total_rows = _rows(batch)
     pieces = micro_batches(batch, accumulation_steps=accumulation_steps, micro_batch_size=micro_batch_size)
-    total = None
+    total, no_sync = None, _NO_SYNC.get()
     for index, piece in enumerate(pieces):
-        loss = loss_fn(piece)
-        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-            raise ValueError(f"loss_fn returned {shape} for micro-batch {index}: it must return a scalar tensor, "
-                             "the mean loss over the micro-batch's rows")
-        rows = _rows(piece)
-        if len(pieces) > 1:  # a batch in one piece is left exactly as it is: no multiply by 1
-            if scaling == "share":
-                loss = loss * (rows / total_rows)
-            elif scaling == "1/K":
-                loss = loss / len(pieces)
-        loss.backward()
-        total = loss.detach() if total is None else total + loss.detach()
+        quiet = no_sync is not None and index < len(pieces) - 1
+        with no_sync() if quiet else contextlib.nullcontext():  # DDP: no all-reduce before the last micro-batch
+            loss = _micro_batch_backward(loss_fn, piece, index, len(pieces), total_rows, scaling)
+        total = loss if total is None else total + loss
     return total
+
+
+def _micro_batch_backward(loss_fn, piece, index: int, count: int, total_rows: int, scaling: str) -> torch.Tensor:
+    """One micro-batch's forward and backward, its loss scaled for ``scaling``; returns the scaled loss, detached."""
+    loss = loss_fn(piece)
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ValueError(f"loss_fn returned {shape} for micro-batch {index}: it must return a scalar tensor, "
+                         "the mean loss over the micro-batch's rows")
+    if count > 1:  # a batch in one piece is left exactly as it is: no multiply by 1
+        if scaling == "share":
+            loss = loss * (_rows(piece) / total_rows)
+        elif scaling == "1/K":
+            loss = loss / count
+    loss.backward()
+    return loss.detach()
 
 
 @dataclasses.dataclass(frozen=True)

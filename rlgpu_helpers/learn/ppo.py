@@ -23,6 +23,12 @@ model (acting, the critic, the loss) inside its own bf16 autocast region
 else: log-probabilities, ratios, advantages and losses stay float32, and no autocast region is
 open during ``backward`` or an optimizer step.
 
+Fewer launches (notebook 09): ``PPOConfig.compile`` runs the rollout step (acting, the env step,
+the storage writes), GAE and the minibatch update through ``torch.compile``;
+``PPOConfig.cuda_graphs`` captures each of them in a CUDA graph (``gpu.graphs.CapturedStep``) and
+replays it. Either one makes Adam graph-safe (``gpu.graphs.graph_safe_adam``: the learning rate
+is a device tensor, annealed in place). Both off, the learner runs eagerly, as before.
+
 Auto-reset happens inside the env step (``AutoresetMode.SAME_STEP``). A game cut off by the step
 limit (``truncated``) did not end: its reward is topped up with the discounted value of its real
 last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
@@ -40,6 +46,7 @@ import torch
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
+from ..gpu.graphs import CapturedStep, graph_safe_adam, set_learning_rate
 from ..gpu.precision import check_precision, precision_context
 from ..snake import rules
 from ..snake.vec import VecSnake
@@ -92,6 +99,12 @@ class PPOConfig:
     """The forward passes' precision (notebook 08): ``"fp32"`` (no autocast or TF32 setting of its own),
     ``"tf32"`` (float32 with TF32 matmuls, CUDA only) or ``"bf16"`` (autocast around each forward pass
     only). fp16 would need a GradScaler in the update, which PPO does not take."""
+    compile: bool = False
+    """Run the rollout step, GAE and the minibatch update through ``torch.compile`` (notebook 09). The
+    first iteration pays the compile (seconds); ``gpu.graphs.fastest_settings`` measures whether it pays."""
+    cuda_graphs: bool = False
+    """Capture the rollout step, GAE and the minibatch update each in a CUDA graph and replay it (notebook
+    09; CUDA only). With ``compile`` too, the compiled functions are captured."""
     seed: int = 0
     device: str = "cpu"
 
@@ -100,7 +113,8 @@ class PPOConfig:
         rules.check_grid_size(self.height, self.width)
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "accumulation_steps"):
             check_int(name, getattr(self, name), 1)
-        check_bool("anneal_lr", self.anneal_lr)
+        for name in ("anneal_lr", "compile", "cuda_graphs"):
+            check_bool(name, getattr(self, name))
         check_seed("seed", self.seed)
         device = get_device(self.device, param="device")
         if check_precision("precision", self.precision) == "fp16":
@@ -108,6 +122,8 @@ class PPOConfig:
                              "use 'bf16' (no scaler needed) or 'fp32'")
         if self.precision == "tf32" and device.type != "cuda":
             raise ValueError(f"precision='tf32' needs a CUDA GPU, not device={self.device!r}")
+        if self.cuda_graphs and device.type != "cuda":
+            raise ValueError(f"cuda_graphs=True needs a CUDA GPU, not device={self.device!r}")
         if (self.num_envs * self.num_steps) % self.num_minibatches:
             raise ValueError(
                 f"num_envs * num_steps ({self.num_envs * self.num_steps}) must be divisible by "
@@ -185,7 +201,10 @@ class PPO:
         )
         obs_shape = self.env.single_observation_space.shape
         self.model = ActorCritic(obs_shape, hidden=c.hidden).to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=1e-5)
+        if c.compile or c.cuda_graphs:
+            self.optimizer = graph_safe_adam(self.model.parameters(), c.learning_rate, eps=1e-5, device=self.device)
+        else:
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=1e-5)
         T, N, dev = c.num_steps, c.num_envs, self.device
         self.obs = torch.zeros(T, N, *obs_shape, device=dev)
         self.actions = torch.zeros(T, N, dtype=torch.int64, device=dev)
@@ -195,11 +214,23 @@ class PPO:
         self.values = torch.zeros(T, N, device=dev)
         self.scores = torch.zeros(T, N, dtype=torch.int64, device=dev)
         self.finished = torch.zeros(T, N, dtype=torch.bool, device=dev)
+        self.advantages = torch.zeros(T, N, device=dev)
+        self.returns = torch.zeros(T, N, device=dev)
+        self._t = torch.zeros(1, dtype=torch.int64, device=dev)  # the step being stored, on the device
         self.next_obs, _ = self.env.reset(seed=c.seed)
         with torch.inference_mode():
             self.next_value = self.model.value(self.next_obs)
         self.env_steps = 0
         self.iterations = 0
+        self._rollout_fn, self._gae_fn, self._update_fn = self._rollout_step_at, self._gae, self._minibatch_update
+        if c.compile:
+            self._rollout_fn = torch.compile(self._rollout_fn, fullgraph=True)
+            self._gae_fn = torch.compile(self._gae_fn, fullgraph=True)
+            self._update_fn = torch.compile(self._update_fn)  # backward and the optimizer step break the graph
+        if c.cuda_graphs:
+            self._rollout_fn = CapturedStep(self._rollout_fn, dev)
+            self._gae_fn = CapturedStep(self._gae_fn, dev)
+            self._update_fn = CapturedStep(self._update_fn, dev)
 
     def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
         """One rollout and one update; returns the scores of games that finished (on the CPU).
@@ -208,8 +239,7 @@ class PPO:
         """
         c = self.config
         if c.anneal_lr:
-            for group in self.optimizer.param_groups:
-                group["lr"] = c.learning_rate * max(1.0 - budget_used, 0.0)
+            set_learning_rate(self.optimizer, c.learning_rate * max(1.0 - budget_used, 0.0))
         self._collect()
         self._update()
         self.env_steps += c.num_steps * c.num_envs
@@ -223,34 +253,41 @@ class PPO:
                 self.next_value = self.model.value(self.next_obs).float()
             for t in range(c.num_steps):
                 self.rollout_step(t)
-            self.advantages, self.returns = compute_gae(
-                self.rewards, self.values, self.dones, self.next_value, c.gamma, c.gae_lambda
-            )
+            advantages, returns = self._gae_fn(self.next_value)
+            self.advantages.copy_(advantages)  # into the same tensors every time: a captured update reads them there
+            self.returns.copy_(returns)
+
+    def _gae(self, next_value: torch.Tensor):
+        c = self.config
+        return compute_gae(self.rewards, self.values, self.dones, next_value, c.gamma, c.gae_lambda)
 
     @torch.inference_mode()
     def rollout_step(self, t: int) -> None:
-        """Act in every game, step the env and store step ``t`` of the rollout: no host read.
+        """Act in every game, step the env and store step ``t`` of the rollout: no host read."""
+        self._t.fill_(t)
+        self.next_obs, self.next_value = self._rollout_fn(self._t, self.next_obs, self.next_value)
+
+    def _rollout_step_at(self, t: torch.Tensor, obs: torch.Tensor, value: torch.Tensor):
+        """The rollout step ``t`` (a 1-element device tensor) from ``obs`` and its ``value``: returns the next ones.
 
         One critic pass rates both the next observations (their values are step ``t + 1``'s)
         and the real last observations of the games that just finished (for the bootstrap).
         """
-        c, obs = self.config, self.next_obs
+        c = self.config
         with self._forward():
             logits = self.model.logits(obs).float()
         action = sample_actions(logits)
-        self.obs[t] = obs
-        self.actions[t] = action
-        self.logprobs[t] = torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
-        self.values[t] = self.next_value
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        logprob = torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
         with self._forward():
-            values = self.model.value(torch.cat([obs, info["final_obs"]])).float()
-        self.next_obs, self.next_value = obs, values[: c.num_envs]
+            values = self.model.value(torch.cat([next_obs, info["final_obs"]])).float()
         # A truncated game did not end: bootstrap from the value of its real last observation.
-        self.rewards[t] = reward + c.gamma * values[c.num_envs :] * truncated
-        self.dones[t] = (terminated | truncated).to(torch.float32)
-        self.scores[t] = info["episode"]["score"]
-        self.finished[t] = info["_episode"]
+        reward = reward + c.gamma * values[c.num_envs :] * truncated
+        for storage, x in ((self.obs, obs), (self.actions, action), (self.logprobs, logprob), (self.values, value),
+                           (self.rewards, reward), (self.dones, (terminated | truncated).to(torch.float32)),
+                           (self.scores, info["episode"]["score"]), (self.finished, info["_episode"])):
+            storage.index_copy_(0, t, x[None].to(storage.dtype))
+        return next_obs, values[: c.num_envs]
 
     def _forward(self):
         """The context of every forward pass: ``config.precision``'s autocast and TF32 setting, only around it.
@@ -270,10 +307,15 @@ class PPO:
             order = torch.randperm(batch, device=self.device)
             for start in range(0, batch, minibatch):
                 idx = order[start : start + minibatch]
-                accumulated_step(self.optimizer, self._minibatch_loss(idx), idx,
-                                 accumulation_steps=c.accumulation_steps, max_grad_norm=c.max_grad_norm)
+                self._update_fn(idx)
             if c.target_kl is not None and self._approx_kl(idx).item() > c.target_kl:
                 break  # the one host read of an update, once per epoch, only with target_kl
+
+    def _minibatch_update(self, idx: torch.Tensor) -> torch.Tensor:
+        """One optimizer step on the minibatch ``idx`` (accumulated over ``accumulation_steps``); returns the loss."""
+        c = self.config
+        return accumulated_step(self.optimizer, self._minibatch_loss(idx), idx,
+                                accumulation_steps=c.accumulation_steps, max_grad_norm=c.max_grad_norm).loss
 
     def _approx_kl(self, idx: torch.Tensor) -> torch.Tensor:
         """KL(rollout policy || current policy) estimated on the transitions ``idx`` (``(r - 1) - log r``, r the ratio)."""

@@ -1,0 +1,270 @@
+"""The ``graphs`` bench suite: time per step eager, compiled and graph-captured (introduced in notebook 09).
+
+``python -m rlgpu_helpers bench graphs`` runs :func:`measure_graphs`. Records:
+
+* ``"graphs_op_time"``: the time of ``a + b`` eager against the tensors' size (elements), µs.
+  Flat at small sizes: the fixed cost of one operator (notebook 04's launch floor).
+* ``"graphs_launches"``: operators launched per call of each part, eager
+  (``bench.launch.count_launches``): what the fixed cost is paid on.
+* ``"graphs_step"``: time per call of each **part** (µs, median and IQR) for each **mode** and N:
+
+  - ``"env"``: one ``VecSnake`` step (``_step``, the action check off), features observations;
+  - ``"acting"``: the policy acting on N observations: logits, a sampled action, its log-probability;
+  - ``"update"``: one PPO minibatch update (loss, backward, clipping, Adam) on a rollout of N games;
+  - ``"iteration"``: one whole PPO iteration (rollout of :data:`NUM_STEPS` steps, GAE, the update)
+    with ``PPOConfig(compile=..., cuda_graphs=...)``.
+
+  Modes: ``"eager"``; ``"compiled"`` (``torch.compile``, default mode); ``"reduce-overhead"``
+  (``torch.compile`` replaying CUDA graphs; on a CPU it is the default mode, so not measured
+  twice); ``"CUDA graph (by hand)"`` (``gpu.graphs.CapturedStep``; for the iteration:
+  ``cuda_graphs=True``, and ``compile=True`` too). On a CPU the CUDA-graph modes are skipped
+  (:data:`SKIPPED_ON_CPU`).
+* ``"graphs_compile"``: seconds of each part's first compiled call (the compile) or capture.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from ..core.checks import check_choices, check_ints
+from ..core.config import pick
+from ..core.device import device_report, get_device, machine_label, synchronize
+from ..gpu.graphs import CapturedStep, compile_step
+from ..learn.ppo import PPO, PPOConfig, sample_actions
+from ..snake.rules import NUM_ACTIONS
+from ..snake.vec import VecSnake
+from .claims import CLAIMS, judge, record_ratio
+from .envs import ClaimCheck
+from .launch import count_launches
+from .records import Record, check_records
+from .report import Table, format_number
+from .timing import time_callable
+
+OP_NAME = "graphs_op_time"
+LAUNCH_NAME = "graphs_launches"
+NAME = "graphs_step"
+COMPILE_NAME = "graphs_compile"
+PARTS = ("env", "acting", "update", "iteration")
+EAGER, COMPILED, REDUCE, CAPTURED = "eager", "compiled", "reduce-overhead", "CUDA graph (by hand)"
+MODES = (EAGER, COMPILED, REDUCE, CAPTURED)
+SKIPPED_ON_CPU = {REDUCE: "on a CPU, reduce-overhead is the default mode (no CUDA graphs): measured once, as compiled",
+                  CAPTURED: "CUDA graphs need a CUDA GPU"}
+NUM_STEPS = 16
+"""Steps per rollout of the ``"iteration"`` part."""
+HIDDEN = 64
+
+
+def _label(device: torch.device) -> str:
+    return machine_label(device_report(device))
+
+
+def default_sizes(device: str | torch.device | None = None) -> tuple[int, ...]:
+    """Elements of :func:`op_time_by_size`: 1 to 2**24 on a GPU, to 2**20 on a CPU (three sizes in quick mode)."""
+    top = 24 if get_device(device, param="device").type == "cuda" else 20
+    return pick(full=tuple(4**k for k in range(top // 2 + 1)), quick=(1, 2**10, 2**16))
+
+
+def default_num_envs(part: str, device: str | torch.device | None = None) -> tuple[int, ...]:
+    """N for each part: on a GPU up to 2**22 games for the env; on a CPU 64 and 1,024; 64 in quick mode."""
+    cuda = get_device(device, param="device").type == "cuda"
+    if not cuda:
+        return pick(full=(64, 1024), quick=(64,))
+    full = {"env": (256, 4096, 65536, 2**20, 2**22), "acting": (256, 4096, 65536, 2**20),
+            "update": (256, 4096, 65536), "iteration": (256, 4096, 65536)}[part]
+    return pick(full=full, quick=(256,))
+
+
+def default_parts() -> tuple[str, ...]:
+    """Every part at full size; the env and the update in quick mode."""
+    return pick(full=PARTS, quick=("env", "update"))
+
+
+def op_time_by_size(device: str | torch.device | None = None, *, sizes=None) -> list[Record]:
+    """The time of ``a + b`` eager, against the number of elements: records ``"graphs_op_time"``, µs."""
+    device = get_device(device, param="device")
+    sizes = check_ints("sizes", default_sizes(device) if sizes is None else sizes)
+    label, records = _label(device), []
+    for n in sizes:
+        a, b = torch.ones(n, device=device), torch.ones(n, device=device)
+        probe = time_callable(lambda: a + b, warmup=3, repeats=3, device=device).median
+        number = max(1, math.ceil(pick(full=0.05, quick=0.005) / max(probe, 1e-9)))
+        timing = time_callable(lambda: a + b, warmup=min(number, 50), repeats=pick(full=5, quick=3), number=number,
+                               device=device)
+        records.append(Record(OP_NAME, "a + b", "time per call", timing.median * 1e6, "µs",
+                              {"elements": n, "device": device.type}, timing.iqr * 1e6, label))
+    return records
+
+
+# ---------------------------------------------------------------------------- the parts
+
+def act(model, obs: torch.Tensor):
+    """The policy acting on ``obs``: an action per row, sampled without a sync, and its log-probability."""
+    logits = model.logits(obs)
+    action = sample_actions(logits)
+    return action, torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
+
+
+def _learner(num_envs: int, device: torch.device, **settings) -> PPO:
+    return PPO(PPOConfig(num_envs=num_envs, num_steps=NUM_STEPS, num_minibatches=1, update_epochs=1,
+                         hidden=HIDDEN, device=str(device), **settings))
+
+
+def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | None = None):
+    """``(call, setup_seconds)``: one call of ``part`` in ``mode`` at N games, compiled or captured already.
+
+    ``setup_seconds`` is the compile (first compiled call) or the capture (warm-up and capture
+    calls), None in eager mode. Raises ValueError for a CUDA-graph mode on a CPU.
+    """
+    (part,), (mode,) = check_choices("part", (part,), PARTS), check_choices("mode", (mode,), MODES)
+    device = get_device(device, param="device")
+    if mode in (REDUCE, CAPTURED) and device.type != "cuda":
+        raise ValueError(f"mode={mode!r} on device={str(device)!r}: {SKIPPED_ON_CPU[mode]}")
+    if part == "iteration":
+        settings = {EAGER: {}, COMPILED: {"compile": True}, REDUCE: None, CAPTURED: {"compile": True,
+                                                                                     "cuda_graphs": True}}[mode]
+        if settings is None:
+            raise ValueError("mode='reduce-overhead' is not measured for the whole iteration: its update's "
+                             "backward and optimizer step break the graph (use the CUDA graph modes)")
+        learner = _learner(num_envs, device, **settings)
+        return _setup(learner.iterate, (), mode, device, warmups=3 if mode != EAGER else 0)
+    learner = _learner(num_envs, device, compile=mode != EAGER, cuda_graphs=False)
+    if part == "env":
+        env = VecSnake(num_envs, device=device, seed=0, check_action_values=False)
+        actions = torch.randint(0, NUM_ACTIONS, (num_envs,), generator=torch.Generator().manual_seed(0)).to(device)
+        fn, args = env._step, (actions,)
+    elif part == "acting":
+        obs = learner.next_obs.clone()
+
+        def fn(obs):
+            with torch.no_grad():
+                return act(learner.model, obs)
+        args = (obs,)
+    else:
+        learner._collect()
+        fn, args = learner._minibatch_update, (torch.randperm(num_envs * NUM_STEPS, device=device),)
+    if mode == EAGER:
+        return (lambda: fn(*args)), None
+    if mode in (COMPILED, REDUCE):
+        compiled = compile_step(fn, *args, mode="default" if mode == COMPILED else REDUCE,
+                                fullgraph=part != "update", device=device)
+        return (lambda: compiled.fn(*args)), compiled.compile_seconds
+    return _setup(CapturedStep(fn, device), args, mode, device, warmups=3)
+
+
+def _setup(fn, args, mode, device, warmups):
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(warmups):
+        fn(*args)
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return (lambda: fn(*args)), (seconds if mode != EAGER else None)
+
+
+def step_records(device: str | torch.device | None = None, *, parts=None, modes=MODES, num_envs=None,
+                 progress: bool = True) -> list[Record]:
+    """Time per call of each part, mode and N (see the module docstring); CUDA-graph modes only on CUDA."""
+    device = get_device(device, param="device")
+    parts = check_choices("parts", default_parts() if parts is None else parts, PARTS)
+    modes = [m for m in check_choices("modes", modes, MODES) if device.type == "cuda" or m not in SKIPPED_ON_CPU]
+    jobs = [(part, mode, n) for part in parts
+            for n in (default_num_envs(part, device) if num_envs is None else check_ints("num_envs", num_envs))
+            for mode in modes if not (part == "iteration" and mode == REDUCE)]
+    label, records = _label(device), []
+    for part, mode, n in tqdm(jobs, desc="graphs", disable=not progress):
+        call, setup = part_call(part, mode, n, device)
+        probe = time_callable(call, warmup=1, repeats=1, device=device).median
+        number = max(1, math.ceil(pick(full=0.1, quick=0.02) / max(probe, 1e-9)))
+        timing = time_callable(call, warmup=1, repeats=pick(full=5, quick=3), number=number, device=device)
+        params = {"part": part, "num_envs": n, "device": device.type}
+        records.append(Record(NAME, mode, "time per call", timing.median * 1e6, "µs", params, timing.iqr * 1e6,
+                              label))
+        if setup is not None:
+            records.append(Record(COMPILE_NAME, mode, "setup time", setup, "s", params, None, label))
+        del call
+        torch._dynamo.reset()  # every compiled part holds its own guards and code: start afresh
+    return records
+
+
+def launch_records(device: str | torch.device | None = None, *, parts=("env", "acting", "update"),
+                   num_envs: int = 256) -> list[Record]:
+    """Operators launched per call of each part, eager, at ``num_envs`` games: records ``"graphs_launches"``."""
+    device = get_device(device, param="device")
+    label = _label(device)
+    records = []
+    for part in check_choices("parts", parts, PARTS[:3]):
+        call, _ = part_call(part, EAGER, num_envs, device)
+        count = count_launches(call, device, calls=3)
+        records.append(Record(LAUNCH_NAME, part, "launches per call", count.per_call, "launches",
+                              {"part": part, "num_envs": num_envs, "device": device.type, "counted": count.counted},
+                              None, label))
+    return records
+
+
+def measure_graphs(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
+    """The ``graphs`` bench suite (see the module docstring). About 3 minutes on a 2-core CPU at full size."""
+    device = get_device(device, param="device")
+    return op_time_by_size(device) + launch_records(device) + step_records(device, progress=progress)
+
+
+# ---------------------------------------------------------------------------- tables and claims
+
+def step_table(records: Sequence[Record]) -> Table:
+    """Per machine, part and N: the time per call in each mode, and each mode's speedup over eager."""
+    records = [r for r in check_records(records) if r.name == NAME]
+    groups: dict[tuple, dict[str, Record]] = {}
+    for r in records:
+        groups.setdefault((r.machine, r.params["part"], r.params["num_envs"]), {})[r.variant] = r
+    rows = []
+    order = {p: i for i, p in enumerate(PARTS)}
+    for (machine, part, n), by_mode in sorted(groups.items(), key=lambda kv: (kv[0][0], order[kv[0][1]], kv[0][2])):
+        eager = by_mode.get(EAGER)
+        row = [machine, part, f"{n:,}"]
+        for mode in MODES:
+            r = by_mode.get(mode)
+            row.append(format_number(r.value) if r else "")
+            if mode != EAGER:
+                row.append(f"{eager.value / r.value:.2f}x" if r and eager else "")
+        if part == "env" and by_mode:
+            best = min(by_mode.values(), key=lambda r: r.value)
+            row.append(format_number(n / best.value * 1e6))
+        else:
+            row.append("")
+        rows.append(row)
+    columns = ["machine", "part", "games (N)", "eager (µs)", "compiled (µs)", "vs eager", "reduce-overhead (µs)",
+               "vs eager", "CUDA graph by hand (µs)", "vs eager", "env steps/s at the best mode"]
+    return Table(columns, rows, [False, False] + [True] * 9)
+
+
+LEANRL_CLAIMS = {"leanrl-ppo-atari": CAPTURED, "leanrl-ppo-continuous": CAPTURED, "leanrl-compile-alone": COMPILED}
+"""LeanRL's published speedups (their H100) and the iteration mode against eager that answers each."""
+NO_GPU = "no GPU record, from this run or in data/reference/ (the GPU sweep's `bench graphs` measures it)"
+
+
+def leanrl_checks(records: Sequence[Record], reference: Sequence[Record] = ()) -> list[ClaimCheck]:
+    """LeanRL's speedups beside our PPO iteration's on a GPU, at the largest N measured there.
+
+    Their figures are for their scripts on their H100; ours is a Snake PPO iteration with
+    ``PPOConfig(compile=True[, cuda_graphs=True])`` against eager. No GPU record: "not measured".
+    """
+    every = [r for r in check_records(list(records) + list(reference))
+             if r.name == NAME and r.params.get("part") == "iteration" and r.params.get("device") == "cuda"]
+    checks = []
+    for key, mode in LEANRL_CLAIMS.items():
+        pairs = {}
+        for r in every:
+            pairs.setdefault((r.machine, r.params["num_envs"]), {})[r.variant] = r
+        usable = [(k, v) for k, v in pairs.items() if EAGER in v and mode in v]
+        if not usable:
+            checks.append(ClaimCheck(CLAIMS[key], NO_GPU))
+            continue
+        (machine, n), found = max(usable, key=lambda kv: kv[0][1])
+        ratio, spread = record_ratio(found[EAGER], found[mode])
+        checks.append(ClaimCheck(CLAIMS[key], f"iteration, {mode} vs eager, N={n:,}, cuda, {machine}",
+                                 judge(CLAIMS[key], ratio, spread)))
+    return checks

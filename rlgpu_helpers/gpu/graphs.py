@@ -1,0 +1,302 @@
+"""Fewer launches per step: ``torch.compile`` and CUDA graphs (introduced in notebook 09).
+
+A Snake step or a PPO minibatch update at small N is *launch-bound* (notebook 04): a hundred tiny
+operators, each paying a fixed cost, and almost no arithmetic. Two tools cut that cost:
+
+* ``torch.compile`` traces a function into a graph and fuses its operators into a few generated
+  kernels (Inductor: C++ on a CPU, Triton on a GPU). :func:`compile_step` compiles and times the
+  first call, which is the compile itself (seconds). :func:`graph_breaks` shows where tracing
+  stops (a host read, a call it cannot trace): each break splits the function into graphs with
+  Python in between. ``mode="reduce-overhead"`` also replays the compiled kernels as a CUDA
+  graph; on a CPU there are no CUDA graphs and it is the default mode.
+* A CUDA graph records every kernel of one call once and replays them all with one launch.
+  :class:`CapturedStep` captures by hand, as the PyTorch CUDA notes say: warm-up calls on a side
+  stream, then the capture; later calls copy their inputs into the *static* inputs and replay.
+  What a replay returns are the *static* outputs, overwritten by the next replay: clone what you
+  keep. Nothing captured may read a value on the host, change shape, or allocate outside the
+  graph's pool. Random draws from torch's default CUDA generator are graph-safe (each replay
+  advances its offset), so replays draw fresh numbers.
+* An optimizer step inside a graph needs its state on the device: :func:`graph_safe_adam` gives
+  ``Adam(capturable=True)`` with the learning rate as a device tensor, which
+  :func:`set_learning_rate` changes in place (a new float would need a new capture, or a
+  recompile under ``torch.compile``).
+
+:func:`fastest_settings` times PPO iterations eager, compiled and (on CUDA) graph-captured on a
+device and returns the fastest ``PPOConfig`` settings, with its reasons, like notebook 08's
+precision policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..core.checks import check_bool, check_choice, check_int, check_number
+from ..core.device import get_device, synchronize
+
+COMPILE_MODES = ("default", "reduce-overhead")
+"""The ``torch.compile`` modes measured in notebook 09 (``reduce-overhead``: plus CUDA graphs, on CUDA only)."""
+
+
+class _DropProfilerLabel(logging.Filter):
+    """Dynamo drops the profiler label of ``optimizer.step`` and warns once on standard error; harmless."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Profiler record function")
+
+
+logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(_DropProfilerLabel())
+
+
+# ---------------------------------------------------------------------------- torch.compile
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """A compiled function, and the seconds its first call took (the compile, mostly)."""
+
+    fn: Callable
+    compile_seconds: float
+    mode: str
+    fullgraph: bool
+
+
+def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: bool = True,
+                 device: str | torch.device | None = None) -> Compiled:
+    """``torch.compile(fn, mode=mode, fullgraph=fullgraph)``, called once on ``example_args`` and timed.
+
+    The first call traces and compiles (seconds); later calls with inputs of the same shapes,
+    dtypes and devices run the compiled code. ``fullgraph=True`` makes any graph break an error
+    instead of a silent split. The example call is real work: it runs ``fn`` once.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn={fn!r} is not callable")
+    mode = check_choice("mode", mode, COMPILE_MODES)
+    check_bool("fullgraph", fullgraph)
+    device = get_device(device)
+    compiled = torch.compile(fn, mode=None if mode == "default" else mode, fullgraph=fullgraph)
+    synchronize(device)
+    start = time.perf_counter()
+    compiled(*example_args)
+    synchronize(device)
+    return Compiled(compiled, time.perf_counter() - start, mode, fullgraph)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphBreaks:
+    """What ``torch._dynamo.explain`` found: graphs, breaks, and each break's reason and place."""
+
+    graphs: int
+    breaks: int
+    operators: int
+    reasons: tuple[tuple[str, str], ...]
+
+    def __str__(self) -> str:
+        lines = [f"{self.graphs} graph(s), {self.breaks} graph break(s), {self.operators} operators traced"]
+        lines += [f"  - {reason}\n    at {where}" for reason, where in self.reasons]
+        return "\n".join(lines)
+
+
+def graph_breaks(fn: Callable, *args) -> GraphBreaks:
+    """Trace ``fn(*args)`` with ``torch._dynamo.explain`` (it runs ``fn`` once) and say where it breaks.
+
+    Each reason is the first line of dynamo's explanation and the innermost frame it names; a
+    break that made dynamo skip a frame altogether (left to run eagerly) counts too.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn={fn!r} is not callable")
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(fn)(*args)
+    reasons = []
+    for item in explained.break_reasons:
+        text = " ".join(item.reason.split("\n")[:2]).strip()
+        frame = item.user_stack[-1] if item.user_stack else None
+        where = f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} in {frame.name}" if frame else "?"
+        if (text, where) not in reasons:
+            reasons.append((text, where))
+    return GraphBreaks(explained.graph_count, len(explained.break_reasons), explained.op_count, tuple(reasons))
+
+
+# ---------------------------------------------------------------------------- CUDA graphs by hand
+
+def check_cuda(device, what: str = "CUDA graphs") -> torch.device:
+    """``device`` as a torch.device if it is a CUDA device and CUDA is here, else a clear ValueError."""
+    device = get_device(device, param="device")
+    if device.type != "cuda":
+        raise ValueError(f"{what} need a CUDA GPU, not device={str(device)!r}")
+    return device
+
+
+class CapturedStep:
+    """``fn`` captured in a CUDA graph on its first calls, replayed with one launch after that.
+
+    Each call ``step(*inputs)`` takes tensors of fixed shapes and dtypes and returns ``fn``'s
+    outputs. The first ``warmup`` calls run ``fn`` eagerly on a side stream (capture needs the
+    lazy initializations of cuBLAS, autograd and the optimizer done before it); the next call
+    copies its inputs into static inputs, captures ``fn`` on them and replays the graph; every
+    later call copies and replays. Every call does its work exactly once.
+
+    The outputs of a replay are the graph's **static outputs**: the next call overwrites them.
+    Clone any you keep. ``fn`` must read no value on the host and keep its shapes; tensors it
+    reads other than its inputs (weights, env state) are read where they lie at each replay.
+    """
+
+    def __init__(self, fn: Callable, device: str | torch.device, *, warmup: int = 2):
+        if not callable(fn):
+            raise TypeError(f"fn={fn!r} is not callable")
+        self.device = check_cuda(device)
+        self.fn = fn
+        self.warmup = check_int("warmup", warmup, 1)
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self._inputs: tuple[torch.Tensor, ...] = ()
+        self._outputs = None
+
+    def __call__(self, *inputs: torch.Tensor):
+        for i, x in enumerate(inputs):
+            if not isinstance(x, torch.Tensor) or x.device.type != "cuda":
+                raise ValueError(f"input {i} must be a CUDA tensor, got {x!r:.80}")
+        self.calls += 1
+        if self.calls <= self.warmup:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                out = self.fn(*inputs)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            return out
+        if self.graph is None:
+            self._inputs = tuple(x.clone() for x in inputs)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self._outputs = self.fn(*self._inputs)
+        else:
+            if len(inputs) != len(self._inputs):
+                raise ValueError(f"the step was captured with {len(self._inputs)} inputs, got {len(inputs)}")
+            for i, (static, x) in enumerate(zip(self._inputs, inputs)):
+                if x.shape != static.shape or x.dtype != static.dtype:
+                    raise ValueError(f"input {i} has shape {tuple(x.shape)} and dtype {x.dtype}; the graph was "
+                                     f"captured with {tuple(static.shape)} and {static.dtype}")
+        for static, x in zip(self._inputs, inputs):
+            if static.data_ptr() != x.data_ptr():
+                static.copy_(x)
+        self.graph.replay()
+        return self._outputs
+
+
+def graph_safe_adam(params, lr: float, *, eps: float = 1e-8, device: str | torch.device | None = None
+                    ) -> torch.optim.Adam:
+    """``Adam`` whose step can be captured in a CUDA graph or compiled without recompiling.
+
+    The learning rate is a 0-d tensor on ``device`` (change it with :func:`set_learning_rate`:
+    in place, so a captured step reads the new value), and on CUDA ``capturable=True`` keeps
+    Adam's step counter on the GPU, so its bias correction needs no host value.
+    """
+    device = get_device(device, param="device")
+    lr = check_number("lr", lr, above=0)
+    return torch.optim.Adam(params, lr=torch.tensor(lr, device=device), eps=eps, capturable=device.type == "cuda")
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every parameter group's learning rate: in place where it is a tensor, else as a float."""
+    lr = check_number("lr", lr, at_least=0)
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+# ---------------------------------------------------------------------------- the fastest settings
+
+SETTINGS = {"eager": {"compile": False, "cuda_graphs": False},
+            "compiled": {"compile": True, "cuda_graphs": False},
+            "CUDA graphs": {"compile": False, "cuda_graphs": True},
+            "compiled + CUDA graphs": {"compile": True, "cuda_graphs": True}}
+"""The launch settings of ``PPOConfig`` that :func:`fastest_settings` compares, by name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSettings:
+    """The ``PPOConfig`` launch settings to use on a device, why, and what was measured.
+
+    ``seconds`` holds, per setting name (:data:`SETTINGS`), the median seconds of one PPO
+    iteration and its interquartile range, after the compile or capture.
+    """
+
+    device_type: str
+    compile: bool
+    cuda_graphs: bool
+    seconds: dict
+    reasons: tuple[str, ...]
+
+    @property
+    def settings(self) -> dict:
+        """``{"compile": ..., "cuda_graphs": ...}``, for ``PPOConfig(**settings)``."""
+        return {"compile": self.compile, "cuda_graphs": self.cuda_graphs}
+
+    def __str__(self) -> str:
+        chosen = [name for name, s in SETTINGS.items() if s == self.settings][0]
+        return "\n".join([f"Launch settings on {self.device_type}: {chosen} {self.settings}, because"]
+                         + [f"  - {reason}" for reason in self.reasons])
+
+
+def choose_settings(device_type: str, seconds: dict) -> LaunchSettings:
+    """The fastest of the measured settings, kept only if it beats eager beyond both spreads.
+
+    ``seconds``: per setting name, ``(median, iqr)`` of one iteration; must include ``"eager"``.
+    """
+    if "eager" not in seconds:
+        raise ValueError(f"seconds={seconds!r} must include 'eager'")
+    for name in seconds:
+        check_choice("setting", name, tuple(SETTINGS))
+    base, base_iqr = seconds["eager"]
+    reasons = [f"eager: {base * 1e3:.3g} ms per iteration"]
+    best = "eager"
+    for name, (median, iqr) in seconds.items():
+        if name == "eager":
+            continue
+        speedup = base / median
+        beyond = median + iqr < base - base_iqr
+        reasons.append(f"{name}: {median * 1e3:.3g} ms, {speedup:.2f}x eager's speed"
+                       + ("" if beyond else " (not beyond the noise)"))
+        if beyond and median < seconds[best][0]:
+            best = name
+    if device_type != "cuda":
+        reasons.append("CUDA graphs need a CUDA GPU: not tried here")
+    reasons.append(f"chosen: {best}, the fastest beyond the noise" if best != "eager"
+                   else "chosen: eager, nothing was faster beyond the noise")
+    return LaunchSettings(device_type, **SETTINGS[best], seconds=dict(seconds), reasons=tuple(reasons))
+
+
+def fastest_settings(device: str | torch.device | None = None, *, iterations: int = 3,
+                     settings: Sequence[str] | None = None, verbose: bool = True, **config) -> LaunchSettings:
+    """Time PPO iterations with each launch setting on ``device`` and return the fastest, with reasons.
+
+    ``config``: other ``PPOConfig`` fields (the network and sizes matter: compiling pays off
+    where launches dominate). Each setting builds a fresh learner, runs two iterations (the
+    compile or capture happens there, and is not counted), then times ``iterations`` more.
+    ``settings``: names from :data:`SETTINGS` (default: every one the device can run).
+    """
+    from ..bench.timing import time_callable
+    from ..learn.ppo import PPO, PPOConfig
+
+    device = get_device(device, param="device")
+    iterations = check_int("iterations", iterations)
+    if settings is None:
+        settings = [name for name, s in SETTINGS.items() if device.type == "cuda" or not s["cuda_graphs"]]
+    settings = ["eager", *[name for name in settings if name != "eager"]]
+    seconds = {}
+    for name in settings:
+        check_choice("settings", name, tuple(SETTINGS))
+        learner = PPO(PPOConfig(**{**config, **SETTINGS[name], "device": str(device)}))
+        timing = time_callable(learner.iterate, warmup=2, repeats=iterations, device=device)
+        seconds[name] = (timing.median, timing.iqr)
+        del learner
+    chosen = choose_settings(device.type, seconds)
+    if verbose:
+        print(chosen)
+    return chosen
+

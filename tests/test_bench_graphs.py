@@ -1,0 +1,60 @@
+"""The `bench graphs` suite and its tables (notebook 09): what it measures on a CPU, what it skips
+there and why, and LeanRL's claims judged only against GPU records."""
+
+import pytest
+
+from rlgpu_helpers.bench.graphs import (
+    CAPTURED,
+    COMPILE_NAME,
+    COMPILED,
+    EAGER,
+    LAUNCH_NAME,
+    NAME,
+    OP_NAME,
+    launch_records,
+    leanrl_checks,
+    op_time_by_size,
+    part_call,
+    step_records,
+    step_table,
+)
+from rlgpu_helpers.bench.records import Record
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+
+
+def test_the_suite_times_each_part_eager_and_compiled_on_a_cpu():
+    records = step_records("cpu", parts=("env", "acting"), num_envs=(32,), progress=False)
+    steps = {(r.params["part"], r.variant) for r in records if r.name == NAME}
+    assert steps == {("env", EAGER), ("env", COMPILED), ("acting", EAGER), ("acting", COMPILED)}
+    assert all(r.value > 0 and r.unit == "µs" for r in records if r.name == NAME)
+    assert {r.params["part"] for r in records if r.name == COMPILE_NAME} == {"env", "acting"}
+    table = step_table(records)
+    assert [row[1] for row in table.rows] == ["env", "acting"] and table.rows[0][5].endswith("x")
+
+
+def test_op_time_and_launch_counts():
+    sizes = op_time_by_size("cpu", sizes=(1, 2**18))
+    assert [r.params["elements"] for r in sizes] == [1, 2**18] and all(r.name == OP_NAME for r in sizes)
+    assert sizes[1].value > sizes[0].value  # a quarter million additions cost more than one
+    launches = {r.variant: r.value for r in launch_records("cpu", num_envs=16) if r.name == LAUNCH_NAME}
+    assert set(launches) == {"env", "acting", "update"}
+    assert launches["env"] > 50 and launches["update"] > launches["acting"] > 3
+
+
+def test_cuda_graph_modes_are_refused_on_a_cpu():
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA GPU"):
+        part_call("env", CAPTURED, 16, "cpu")
+
+
+def test_leanrl_claims_are_not_measured_without_gpu_records_and_judged_with_them():
+    assert [c.outcome for c in leanrl_checks([])] == ["not measured"] * 3
+    gpu = [Record(NAME, mode, "time per call", value, "µs", {"part": "iteration", "num_envs": 4096, "device": "cuda"},
+                  0.0, "gpu-h100") for mode, value in ((EAGER, 6000.0), (COMPILED, 4000.0), (CAPTURED, 1000.0))]
+    checks = {c.claim.key: c for c in leanrl_checks([], gpu)}
+    assert checks["leanrl-ppo-atari"].verdict.measured == pytest.approx(6.0)
+    assert checks["leanrl-ppo-atari"].outcome == "held"
+    assert checks["leanrl-compile-alone"].outcome == "held"

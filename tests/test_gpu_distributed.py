@@ -1,0 +1,232 @@
+"""Data-parallel PPO (gpu.distributed): real torchrun runs of 2 gloo processes on the CPU give the
+one-process gradient of the concatenated batch and identical parameters on every rank; no_sync
+saves all-reduces; bad input and missing ranks fail with clear errors, never a hang."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from rlgpu_helpers.cli import main as cli_main
+from rlgpu_helpers.gpu.accumulate import accumulate_gradients, sync_last_micro_batch_only
+from rlgpu_helpers.gpu.distributed import (
+    MODULE,
+    DistributedPPO,
+    World,
+    check_backend,
+    count_allreduces,
+    ddp_proof,
+    launch,
+    rank_device,
+    run_json,
+    torchrun_command,
+    world_from_env,
+)
+from rlgpu_helpers.gpu.sync import audit_syncs
+from rlgpu_helpers.learn.checkpoint import load_checkpoint
+from rlgpu_helpers.learn.ppo import PPOConfig
+from rlgpu_helpers.learn.training import train
+
+TINY = ["--device", "cpu", "--envs", "8", "--set", "num_steps=16", "--no-progress"]
+WORLD = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+         "MASTER_PORT": "29500"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank, world_size, port):
+    env = {key: value for key, value in os.environ.items() if key not in WORLD}
+    return {**env, "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture
+def one_rank_group(tmp_path):
+    """A process group of this process alone (gloo): DistributedPPO in-process."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------- the proof, with real torchrun
+
+def test_two_gloo_ranks_give_the_one_process_gradient_and_no_sync_saves_all_reduces():
+    result = ddp_proof(2, accumulation_steps=4)
+    assert result["world_size"] == 2 and result["backend"] == "gloo" and result["parameters_agree_at_start"]
+    assert result["minibatch"] == 2 * result["minibatch_per_rank"]
+    ways = {way["way"]: way for way in result["ways"]}
+    for way in ways.values():
+        assert way["relative_difference"] < 1e-13, way  # float64: rounding only (a wrong scale would be ~1)
+        assert way["max_difference_between_ranks"] == 0.0  # every rank holds the same averaged gradient
+    assert ways["DDP, in one piece"]["allreduces"] == 1
+    assert ways["DDP, 4 micro-batches"]["allreduces"] == 4
+    assert ways["DDP, 4 micro-batches, no_sync"]["allreduces"] == 1
+
+
+def test_training_on_two_ranks_through_the_c10d_rendezvous_then_resuming_on_one(tmp_path):
+    out = tmp_path / "run"
+    endpoint = f"localhost:{free_port()}"
+    first = run_json(2, ["train", *TINY, "--steps", "700", "--set", "target_kl=0.002", "--out", out],
+                     rdzv_endpoint=endpoint, timeout_s=120)
+    assert first["world_size"] == 2 and first["parameters_agree"]
+    assert first["env_steps"] == 3 * 2 * 8 * 16  # global steps: 2 ranks x 8 games x 16 steps, 3 iterations
+    state = load_checkpoint(out)
+    assert state["config"]["seed"] == 0 and state["learner"]["env_steps"] == first["env_steps"]
+    assert not any(key.startswith("module.") for key in state["learner"]["model"])  # a one-process checkpoint
+    resumed = run_json(1, ["train", "--device", "cpu", "--steps", "1200", "--out", out, "--resume", "--no-progress"],
+                       timeout_s=120)
+    assert resumed["world_size"] == 1 and resumed["env_steps"] == first["env_steps"] + 4 * 8 * 16
+    again = train(resume=True, out_dir=out, steps=1400, progress=False)  # and the ordinary loop reads it too
+    assert again.env_steps == resumed["env_steps"] + 8 * 16
+
+
+def test_cli_train_nproc_2_runs_torchrun_and_nproc_0_is_refused(tmp_path, capsys):
+    assert cli_main(["train", "--nproc", "2", *TINY[:-1], "--steps", "256", "--out", str(tmp_path / "r"),
+                     "--json", str(tmp_path / "r.json")]) == 0
+    assert "--standalone --nproc-per-node 2" in capsys.readouterr().out
+    assert (tmp_path / "r" / "checkpoint.pt").exists()
+    for bad, message in ((["--nproc", "0"], "expected a positive int, got '0'"),
+                         (["--nproc", "2", "--algo", "dqn"], "data-parallel training is PPO only"),
+                         (["--nproc", "2", "--agent", "a.pt"], "does not write --agent")):
+        with pytest.raises(SystemExit) as exit_info:
+            cli_main(["train", *bad])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- failing clearly, never hanging
+
+def test_a_missing_rank_fails_after_the_timeout_instead_of_hanging():
+    env = rank_env(0, 2, free_port())  # rank 1 never comes
+    done = subprocess.run([sys.executable, "-m", MODULE, "proof", "--timeout", "3"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0 and "did not meet at 127.0.0.1" in done.stderr
+
+
+def test_ranks_started_with_different_settings_fail_on_every_rank():
+    port = free_port()
+    processes = [subprocess.Popen([sys.executable, "-m", MODULE, "measure", "--device", "cpu", "--timeout", "20",
+                                   "--num-envs", str(envs), "--num-steps", "4", "--repeats", "1"],
+                                  env=rank_env(rank, 2, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for rank, envs in ((0, 8), (1, 16))]
+    for process in processes:
+        _, err = process.communicate(timeout=60)
+        assert process.returncode != 0 and "rank 1 was started with other settings than rank 0" in err
+        assert "'num_envs': (8, 16)" in err
+
+
+def test_running_without_torchrun_says_how_to_start_it():
+    env = {key: value for key, value in os.environ.items() if key not in WORLD}
+    done = subprocess.run([sys.executable, "-m", MODULE, "train"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "RANK, WORLD_SIZE" in done.stderr and "torch.distributed.run" in done.stderr
+
+
+def test_world_settings_are_checked_by_name():
+    assert world_from_env(WORLD) == World(0, 2, 0, 2, "127.0.0.1", 29500)
+    with pytest.raises(RuntimeError, match="^RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT "
+                                           "not set: this is one of the processes torchrun starts"):
+        world_from_env({})
+    for name, value, message in (("RANK", "2", "RANK=2"), ("WORLD_SIZE", "0", "WORLD_SIZE=0"),
+                                 ("LOCAL_RANK", "x", "LOCAL_RANK='x' must be an integer"),
+                                 ("LOCAL_WORLD_SIZE", "3", "LOCAL_WORLD_SIZE=3")):
+        with pytest.raises(ValueError, match=f"^{message}"):
+            world_from_env({**WORLD, name: value})
+
+
+def test_backend_and_device_are_checked():
+    assert check_backend("gloo", "cpu") == "gloo"
+    with pytest.raises(ValueError, match="^backend='mpi'"):
+        check_backend("mpi", "cpu")
+    if dist.is_nccl_available():
+        with pytest.raises(ValueError, match="^backend='nccl' runs on CUDA GPUs"):
+            check_backend("nccl", "cpu")
+    else:
+        with pytest.raises(RuntimeError, match="^backend='nccl' is not available"):
+            check_backend("nccl", "cpu")
+    assert rank_device("cpu", world_from_env(WORLD)) == torch.device("cpu")
+
+
+def test_torchrun_commands():
+    single = torchrun_command(2, ["train", "--steps", 10])
+    assert single[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--standalone" in single
+    assert single[single.index("-m", 3):] == ["-m", MODULE, "train", "--steps", "10"]
+    nodes = torchrun_command(8, ["train"], nnodes=2, rdzv_endpoint="node0:29400")
+    assert "--standalone" not in nodes
+    assert nodes[3:11] == ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29400",
+                           "--rdzv-id", "rlgpu"]
+    with pytest.raises(ValueError, match="^nproc=0"):
+        torchrun_command(0, [])
+    with pytest.raises(ValueError, match="^nnodes=2 needs rdzv_endpoint"):
+        torchrun_command(2, [], nnodes=2)
+
+
+def test_launch_kills_every_rank_past_its_timeout():
+    with pytest.raises(RuntimeError, match="ran past timeout_s=0.5 s and was killed"):
+        launch(2, ["proof"], timeout_s=0.5)
+
+
+# ---------------------------------------------------------------------------- in one process (a group of one)
+
+def test_distributed_ppo_needs_a_process_group():
+    with pytest.raises(RuntimeError, match="^DistributedPPO needs a process group"):
+        DistributedPPO(PPOConfig(num_envs=4, num_steps=4, num_minibatches=1, hidden=8))
+
+
+def test_one_rank_is_ppo_and_its_hot_paths_make_no_host_sync(one_rank_group):
+    learner = DistributedPPO(PPOConfig(num_envs=8, num_steps=8, num_minibatches=2, hidden=8))
+    counter = count_allreduces(learner.model)
+    learner.iterate()
+    assert learner.env_steps == 64 and counter.calls == 4 * 2  # 4 epochs x 2 minibatches, one bucket each
+    advantages = torch.randn(100)
+    mean, std = learner._advantage_stats(advantages)
+    assert torch.allclose(mean, advantages.mean()) and torch.allclose(std, advantages.std())
+    assert audit_syncs(lambda: learner.rollout_step(0), "cpu").total == 0
+    assert audit_syncs(lambda: learner._advantage_stats(advantages), "cpu").total == 0
+    assert set(learner.state_dict()["model"]) == set(learner.model.module.state_dict())
+
+
+def test_sync_last_micro_batch_only_enters_no_sync_for_all_but_the_last_micro_batch():
+    entered = []
+    model = torch.nn.Linear(3, 1)
+    batch = torch.randn(10, 3)
+
+    class Quiet:
+        def __enter__(self):
+            entered.append(True)
+
+        def __exit__(self, *exc):
+            return False
+
+    def loss(rows):
+        return model(rows).pow(2).mean()
+
+    accumulate_gradients(loss, batch, accumulation_steps=4)
+    assert entered == []
+    plain = model.weight.grad.clone()
+    model.zero_grad()
+    with sync_last_micro_batch_only(Quiet):
+        accumulate_gradients(loss, batch, accumulation_steps=4)
+    assert len(entered) == 3 and torch.equal(model.weight.grad, plain)
+    with pytest.raises(TypeError, match="^no_sync=3 must be callable"):
+        with sync_last_micro_batch_only(3):
+            pass
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_one_nccl_rank_trains_and_measures_on_the_gpu():
+    result = run_json(1, ["train", "--device", "cuda", "--envs", "256", "--set", "num_steps=16", "--steps", "8192",
+                          "--no-progress"], timeout_s=300)
+    assert result["backend"] == "nccl" and result["parameters_agree"] and result["env_steps"] >= 8192
+    measured = run_json(1, ["measure", "--device", "cuda", "--num-envs", "1024", "--num-steps", "16",
+                            "--repeats", "2"], timeout_s=300)
+    assert measured["device"] == "cuda" and measured["update_s"] > 0

@@ -1,0 +1,160 @@
+"""torch.compile and CUDA graphs (gpu.graphs, PPO's compile and cuda_graphs settings): compiled code
+equals eager code, the graph breaks are found, bad settings are refused; on CUDA (`-m gpu`) a
+captured step replays equal eager steps, draws fresh random numbers, and PPO trains graph-captured."""
+
+import pytest
+import torch
+
+from rlgpu_helpers.gpu.graphs import (
+    CapturedStep,
+    choose_settings,
+    compile_step,
+    graph_breaks,
+    graph_safe_adam,
+    set_learning_rate,
+)
+from rlgpu_helpers.gpu.sync import audit_syncs
+from rlgpu_helpers.learn.ppo import PPO, PPOConfig, sample_actions
+from rlgpu_helpers.snake import rules
+from rlgpu_helpers.snake.vec import VecSnake
+
+CUDA_ONLY = pytest.mark.gpu
+
+
+def outputs(step):
+    obs, reward, terminated, truncated, info = step
+    return [obs, reward, terminated, truncated, info["final_obs"], info["episode"]["score"], info["_episode"]]
+
+
+def actions(steps, num_envs, device="cpu", seed=5):
+    return torch.randint(0, 3, (steps, num_envs), generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_the_compiled_env_step_equals_the_eager_one(obs_type):
+    eager = VecSnake(48, 6, 7, obs_type=obs_type, seed=3, check_action_values=False)
+    compiled_env = VecSnake(48, 6, 7, obs_type=obs_type, seed=3, check_action_values=False)
+    moves = actions(60, 48)
+    compiled = compile_step(compiled_env._step, moves[0], fullgraph=True)  # its example call is step 0
+    assert compiled.compile_seconds > 0 and compiled.fullgraph
+    eager._step(moves[0])
+    finished = 0
+    for a in moves[1:]:
+        want, got = outputs(eager._step(a)), outputs(compiled.fn(a))
+        for w, g in zip(want, got):
+            assert torch.equal(w, g)
+        finished += int(want[-1].sum())
+    assert finished > 0  # games ended and restarted inside the compared steps
+
+
+def test_the_compiled_training_step_equals_the_eager_one_to_float32_rounding():
+    config = dict(num_envs=32, num_steps=8, num_minibatches=2, hidden=16, seed=1)
+    eager, compiled = PPO(PPOConfig(**config)), PPO(PPOConfig(**config, compile=True))
+    for learner in (eager, compiled):
+        torch.manual_seed(0)
+        learner._collect()
+    # the compiled rollout draws its actions with Inductor's own RNG: give both the same rollout
+    compiled.obs.copy_(eager.obs), compiled.actions.copy_(eager.actions), compiled.logprobs.copy_(eager.logprobs)
+    compiled.advantages.copy_(eager.advantages), compiled.returns.copy_(eager.returns)
+    idx = torch.randperm(256, generator=torch.Generator().manual_seed(2))[:128]
+    for _ in range(3):
+        want, got = eager._minibatch_update(idx), compiled._update_fn(idx)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for p, q in zip(eager.model.parameters(), compiled.model.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(next(eager.model.parameters()), next(PPO(PPOConfig(**config)).model.parameters()))
+
+
+def test_the_graph_breaks_of_the_checked_step_are_found_and_the_unchecked_step_has_none():
+    checked = VecSnake(16, seed=0)
+    found = graph_breaks(checked.step, actions(1, 16)[0])
+    assert found.breaks >= 1 and any("raise_if_failed" in where for _, where in found.reasons), found
+    clean = graph_breaks(VecSnake(16, seed=0, check_action_values=False)._step, actions(1, 16)[0])
+    assert (clean.graphs, clean.breaks, clean.reasons) == (1, 0, ()) and clean.operators > 50
+    assert "graph break(s)" in str(found)
+
+
+def test_bad_settings_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"^cuda_graphs=True needs a CUDA GPU, not device='cpu'"):
+        PPOConfig(cuda_graphs=True)
+    with pytest.raises(TypeError, match="compile"):
+        PPOConfig(compile="yes")
+    with pytest.raises(ValueError, match=r"^CUDA graphs need a CUDA GPU, not device='cpu'"):
+        CapturedStep(lambda x: x, "cpu")
+    with pytest.raises(ValueError, match="^mode='max'"):
+        compile_step(lambda x: x, torch.ones(1), mode="max")
+
+
+def test_the_graph_safe_adam_takes_its_learning_rate_in_place():
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = graph_safe_adam([weight], 0.1, device="cpu")
+    lr = optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and float(lr) == pytest.approx(0.1)
+    set_learning_rate(optimizer, 0.25)
+    assert optimizer.param_groups[0]["lr"] is lr and float(lr) == 0.25
+    weight.grad = torch.ones(3)
+    optimizer.step()
+    assert torch.allclose(weight.detach(), torch.full((3,), 0.75))  # Adam's first step moves by lr
+    plain = torch.optim.Adam([weight], lr=0.1)
+    set_learning_rate(plain, 0.5)
+    assert plain.param_groups[0]["lr"] == 0.5
+
+
+def test_choose_settings_keeps_eager_unless_something_is_faster_beyond_the_noise():
+    noisy = choose_settings("cpu", {"eager": (1.0, 0.1), "compiled": (0.95, 0.1)})
+    assert noisy.settings == {"compile": False, "cuda_graphs": False}
+    assert any("not beyond the noise" in r for r in noisy.reasons)
+    fast = choose_settings("cuda", {"eager": (1.0, 0.01), "compiled": (0.5, 0.01), "CUDA graphs": (0.3, 0.01),
+                                    "compiled + CUDA graphs": (0.2, 0.01)})
+    assert fast.settings == {"compile": True, "cuda_graphs": True} and "compiled + CUDA graphs" in str(fast)
+    with pytest.raises(ValueError, match="must include 'eager'"):
+        choose_settings("cpu", {"compiled": (1.0, 0.0)})
+
+
+# ---------------------------------------------------------------------------- on CUDA
+
+@CUDA_ONLY
+@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+def test_a_captured_env_step_replays_equal_eager_steps(obs_type):
+    eager = VecSnake(256, 8, 8, obs_type=obs_type, device="cuda", seed=3, check_action_values=False)
+    graphed = VecSnake(256, 8, 8, obs_type=obs_type, device="cuda", seed=3, check_action_values=False)
+    step = CapturedStep(graphed._step, "cuda", warmup=2)
+    for k, a in enumerate(actions(40, 256, "cuda")):
+        got = [t.clone() for t in outputs(step(a))]  # copied before the next replay overwrites them
+        for want, have in zip(outputs(eager._step(a)), got):
+            assert torch.equal(want, have)
+    assert step.graph is not None and step.calls == 40
+
+
+@CUDA_ONLY
+def test_replays_draw_fresh_random_numbers_and_make_no_sync():
+    logits = torch.zeros(4096, 3, device="cuda")
+    step = CapturedStep(lambda x: sample_actions(x), "cuda")
+    draws = [step(logits).clone() for _ in range(4)]
+    assert not torch.equal(draws[2], draws[3])  # two replays, two different draws
+    counts = torch.bincount(draws[3], minlength=3).float() / 4096
+    assert torch.allclose(counts, torch.full((3,), 1 / 3, device="cuda"), atol=0.05)
+    assert audit_syncs(lambda: step(logits), "cuda").total == 0
+
+
+@CUDA_ONLY
+def test_ppo_with_cuda_graphs_trains_and_its_captured_update_equals_the_eager_one():
+    config = dict(num_envs=256, num_steps=16, hidden=32, seed=0, device="cuda")
+    graphed = PPO(PPOConfig(**config, cuda_graphs=True))
+    first = [p.detach().clone() for p in graphed.model.parameters()]
+    for i in range(4):
+        graphed.iterate(i / 4)
+    assert graphed._update_fn.graph is not None and graphed._rollout_fn.graph is not None
+    assert any(not torch.equal(a, b) for a, b in zip(first, graphed.model.parameters()))
+    eager = PPO(PPOConfig(**config, compile=False))
+    eager.load_state_dict(graphed.state_dict())
+    for name in ("obs", "actions", "logprobs", "advantages", "returns"):
+        getattr(eager, name).copy_(getattr(graphed, name))
+    idx = torch.randperm(256 * 16, device="cuda")[:1024]
+    eager.optimizer = graph_safe_adam(eager.model.parameters(), 1e-3, eps=1e-5, device="cuda")
+    eager.optimizer.load_state_dict(graphed.optimizer.state_dict())
+    eager._minibatch_update(idx)
+    graphed._update_fn(idx)
+    for p, q in zip(eager.model.parameters(), graphed.model.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6)
+    assert audit_syncs(lambda: graphed.rollout_step(0), "cuda").total == 0
