@@ -56,6 +56,29 @@ def test_a_call_needs_cuda_and_full_size(monkeypatch, capsys):
     assert "RLGPU_QUICK is set" in capsys.readouterr().err
 
 
+def test_a_gpu_suite_s_cpu_records_go_into_the_cpu_s_file(monkeypatch, tmp_path):
+    """``bench ddp`` on a GPU machine also measures CPU processes: each record goes to its own machine's file."""
+    cpu = device_report("cpu")
+    gpu = dict(cpu, gpu="NVIDIA H100 80GB HBM3")
+    labels = {name: machine_label(report) for name, report in (("cpu", cpu), ("cuda", gpu))}
+    toy = Suite(lambda device, progress: [
+        Record("toy", name, "speed", 1.0, "steps/s", {}, None, label) for name, label in labels.items()], "00: a toy")
+    monkeypatch.setitem(SUITES, "toy", toy)
+    monkeypatch.setattr(sweep, "DATA", tmp_path)
+    monkeypatch.setattr(sweep, "get_device", lambda name: torch.device(name))
+    monkeypatch.setattr(sweep, "device_report", lambda device: gpu if torch.device(device).type == "cuda" else cpu)
+    ok, _, paths = sweep.run_suite(sweep.Step("suite", "toy"), "python tools/gpu_sweep.py 1")
+    assert ok and [path.stem for path in paths] == [labels["cpu"], labels["cuda"]]
+    for name, label in labels.items():
+        saved, = load_json(tmp_path / "reference" / f"{label}.json")
+        assert saved.variant == name
+    foreign = Suite(lambda device, progress: [Record("toy", "x", "speed", 1.0, "steps/s", {}, None, "gpu-other")],
+                    "00: a toy")
+    monkeypatch.setitem(SUITES, "toy", foreign)
+    with pytest.raises(ValueError, match="'gpu-other', a machine other than this one"):
+        sweep.run_suite(sweep.Step("suite", "toy"), "python tools/gpu_sweep.py 1")
+
+
 def test_a_call_saves_records_logs_itself_and_copies_its_files(monkeypatch, tmp_path):
     """A call run end to end on the CPU, with a toy suite standing in for a real one."""
     label = machine_label(device_report("cpu"))

@@ -114,14 +114,24 @@ def run_pytest(arguments: str) -> tuple[bool, str]:
 
 
 def run_suite(step: Step, command: str) -> tuple[bool, str, list[Path]]:
-    """Run a suite at full size and merge its records into this machine's reference file."""
+    """Run a suite at full size and merge its records into the reference file of the device that made them.
+
+    A GPU suite may also measure the machine's CPU (``bench ddp`` runs CPU processes too): those
+    records carry the CPU's label and go into the CPU's file, with the CPU's report.
+    """
     suite = SUITES[step.what]
     device = get_device("cpu") if suite.cpu_only else get_device("cuda")
     records = suite.run(device, True, **step.options)
-    report = device_report(device)
-    print(records_table(records, this_machine=machine_label(report)), flush=True)
-    path = save_reference(records, report, command, directory=DATA / "reference")
-    return True, f"{len(records)} records in {path}", [path]
+    reports = {machine_label(report): report for report in (device_report(device), device_report(get_device("cpu")))}
+    print(records_table(records, this_machine=machine_label(device_report(device))), flush=True)
+    paths = []
+    for label in dict.fromkeys(record.machine for record in records):
+        if label not in reports:
+            raise ValueError(f"suite {step.what!r} made records labelled {label!r}, a machine other than "
+                             f"this one ({', '.join(reports)})")
+        mine = [record for record in records if record.machine == label]
+        paths.append(save_reference(mine, reports[label], command, directory=DATA / "reference"))
+    return True, f"{len(records)} records in {', '.join(str(path) for path in paths)}", paths
 
 
 def run_call(number: int, out: Path | None) -> bool:
