@@ -43,20 +43,18 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
 
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
-from ..learn.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint, save_checkpoint
+from ..learn.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from ..learn.ppo import PPO, PPOConfig
-from ..learn.training import FORMAT, ScoreCurve, TrainingResult, _check_budget
+from ..learn.training import FORMAT, ScoreCurve, TrainingResult, _check_budget, run_iterations
 from .accumulate import flat_gradient, sync_last_micro_batch_only
 
 MODULE = "rlgpu_helpers.gpu.distributed"
@@ -280,17 +278,6 @@ def count_allreduces(model: DistributedDataParallel) -> AllreduceCounter:
 
 # ---------------------------------------------------------------------------- training
 
-def _snapshot(learner: DistributedPPO, curve: ScoreCurve, spent: float) -> dict:
-    """The checkpoint ``training.train`` writes, so that either can resume the other's run."""
-    return {
-        "format": FORMAT, "algorithm": learner.algorithm, "config": dataclasses.asdict(learner.config),
-        "learner": learner.state_dict(), "seconds": spent, "episodes": curve.episodes, "curve": curve.points,
-        "recent_scores": list(curve.recent),
-        "rng": {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-    }
-
-
 def _resume(path: Path, device: torch.device) -> tuple[DistributedPPO, ScoreCurve, float]:
     state = load_checkpoint(path)
     if state.get("format") != FORMAT or state.get("algorithm") != "ppo":
@@ -326,38 +313,16 @@ def train_distributed(config: PPOConfig | None = None, *, seconds: float | None 
     else:
         learner, curve, spent = DistributedPPO(config), ScoreCurve(), 0.0
     lead = learner.rank == 0
-
-    def used() -> float:
-        fractions = [spent / seconds] if seconds is not None else []
-        return max(fractions + ([learner.env_steps / steps] if steps is not None else []))
-
     shared = torch.zeros((), dtype=torch.float64, device=learner.device)
-    bar = tqdm(total=steps if steps is not None else round(seconds), disable=not (progress and lead),
-               unit="step" if steps is not None else "s", dynamic_ncols=True)
-    started, last_saved = time.perf_counter() - spent, time.perf_counter()
-    try:
-        while True:
-            shared.fill_(used())
-            dist.broadcast(shared, 0)  # rank 0's fraction for everyone: the one extra host read per iteration
-            budget = float(shared)
-            if budget >= 1.0:
-                break
-            curve.add(learner.iterate(budget_used=budget).tolist())
-            spent = time.perf_counter() - started
-            if lead and curve.point(spent, learner.env_steps):
-                bar.n = min(learner.env_steps, steps) if steps is not None else min(round(spent), round(seconds))
-                score = curve.mean_score
-                bar.set_postfix({"steps/s": f"{learner.env_steps / spent:,.0f}",
-                                 "mean score": "-" if score is None else f"{score:.1f}"}, refresh=True)
-            if lead and path is not None and time.perf_counter() - last_saved >= checkpoint_every_s:
-                save_checkpoint(path, _snapshot(learner, curve, spent))
-                last_saved = time.perf_counter()
-    finally:
-        bar.close()
-    if lead:
-        curve.point(spent, learner.env_steps, force=True)
-        if path is not None:
-            save_checkpoint(path, _snapshot(learner, curve, spent))
+
+    def agree(fraction: float) -> float:
+        """Rank 0's fraction of the budget, for every rank: the one extra host read per iteration."""
+        shared.fill_(fraction)
+        dist.broadcast(shared, 0)
+        return float(shared)
+
+    spent = run_iterations(learner, curve, spent, seconds=seconds, steps=steps, path=path if lead else None,
+                           checkpoint_every_s=checkpoint_every_s, progress=progress, lead=lead, agree=agree)
     return TrainingResult(
         algorithm=learner.algorithm, config=dataclasses.asdict(learner.config), curve=curve.points, seconds=spent,
         env_steps=learner.env_steps, episodes=curve.episodes, mean_score=curve.mean_score,

@@ -166,21 +166,48 @@ def train(
         if torch.cuda.is_available() and state["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
 
-    def snapshot() -> dict:
-        return {
-            "format": FORMAT,
-            "algorithm": learner.algorithm,
-            "config": dataclasses.asdict(learner.config),
-            "learner": learner.state_dict(),
-            "seconds": spent,
-            "episodes": curve.episodes,
-            "curve": curve.points,
-            "recent_scores": list(curve.recent),
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-        }
+    spent = run_iterations(learner, curve, spent, seconds=seconds, steps=steps, path=path,
+                           checkpoint_every_s=checkpoint_every_s, progress=progress)
+    return TrainingResult(
+        algorithm=learner.algorithm, config=dataclasses.asdict(learner.config), curve=curve.points,
+        seconds=spent, env_steps=learner.env_steps, episodes=curve.episodes, mean_score=curve.mean_score,
+        checkpoint=path, learner=learner,
+    )
+
+
+def snapshot(learner, curve: ScoreCurve, spent: float) -> dict:
+    """What a checkpoint of a run holds: the learner, its curve, the time spent and the RNG states."""
+    return {
+        "format": FORMAT,
+        "algorithm": learner.algorithm,
+        "config": dataclasses.asdict(learner.config),
+        "learner": learner.state_dict(),
+        "seconds": spent,
+        "episodes": curve.episodes,
+        "curve": curve.points,
+        "recent_scores": list(curve.recent),
+        "rng": {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        },
+    }
+
+
+def run_iterations(learner, curve: ScoreCurve, spent: float, *, seconds: float | None, steps: int | None,
+                   path: Path | None, checkpoint_every_s: float, progress: bool, lead: bool = True,
+                   agree=None) -> float:
+    """The loop of :func:`train`: iterate until the budget is spent; returns the seconds spent in all.
+
+    budget used = the larger of spent / seconds and env steps / steps (the whole run, resumed
+    parts included); each iteration anneals with it. The curve gets the finished games' scores
+    and a point at most once a second; the checkpoint in ``path`` is written every
+    ``checkpoint_every_s`` seconds and at the end.
+
+    Several processes training one learner together (notebook 10) pass ``agree``, which turns
+    this process's budget fraction into the one every process uses (rank 0's), so all of them
+    anneal alike and stop after the same iteration; only the ``lead`` process shows progress,
+    keeps points and writes checkpoints.
+    """
 
     def used() -> float:
         fractions = []
@@ -190,27 +217,24 @@ def train(
             fractions.append(learner.env_steps / steps)
         return max(fractions)
 
-    bar = tqdm(total=steps if steps is not None else round(seconds), initial=0, disable=not progress,
+    agree = agree if agree is not None else (lambda fraction: fraction)
+    bar = tqdm(total=steps if steps is not None else round(seconds), initial=0, disable=not (progress and lead),
                unit="step" if steps is not None else "s", dynamic_ncols=True)
     started, last_saved = time.perf_counter() - spent, time.perf_counter()
     try:
-        while used() < 1.0:
-            curve.add(learner.iterate(budget_used=used()).tolist())
+        while (budget := agree(used())) < 1.0:
+            curve.add(learner.iterate(budget_used=budget).tolist())
             spent = time.perf_counter() - started
-            if curve.point(spent, learner.env_steps, force=used() >= 1.0):
+            if lead and curve.point(spent, learner.env_steps, force=used() >= 1.0):
                 bar.n = min(learner.env_steps, steps) if steps is not None else min(round(spent), round(seconds))
                 score = curve.mean_score
                 bar.set_postfix({"steps/s": f"{learner.env_steps / spent:,.0f}",
                                  "mean score": "-" if score is None else f"{score:.1f}"}, refresh=True)
-            if path is not None and time.perf_counter() - last_saved >= checkpoint_every_s:
-                save_checkpoint(path, snapshot())
+            if lead and path is not None and time.perf_counter() - last_saved >= checkpoint_every_s:
+                save_checkpoint(path, snapshot(learner, curve, spent))
                 last_saved = time.perf_counter()
     finally:
         bar.close()
-    if path is not None:
-        save_checkpoint(path, snapshot())
-    return TrainingResult(
-        algorithm=learner.algorithm, config=dataclasses.asdict(learner.config), curve=curve.points,
-        seconds=spent, env_steps=learner.env_steps, episodes=curve.episodes, mean_score=curve.mean_score,
-        checkpoint=path, learner=learner,
-    )
+    if lead and path is not None:
+        save_checkpoint(path, snapshot(learner, curve, spent))
+    return spent
