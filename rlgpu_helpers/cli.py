@@ -32,6 +32,7 @@ from .bench.suites import SUITES
 from .core.checks import SEED_LIMIT, check_seed
 from .core.config import is_quick
 from .core.device import describe_device, device_report, get_device, machine_label
+from .snake import rules
 
 
 class UsageError(Exception):
@@ -247,8 +248,8 @@ def add_train(subparsers) -> None:
         description="Train an agent on VecSnake within a time or step budget (default: 300 seconds), "
                     "checkpointing to --out every --checkpoint-every seconds and at the end.")
     parser.add_argument("--algo", choices=["ppo", "dqn"], default=None, help="learner (default: ppo)")
-    parser.add_argument("--obs", choices=["features", "grid"], default=None,
-                        help="observation type (default: features)")
+    parser.add_argument("--obs", choices=list(rules.OBS_TYPES), default=None,
+                        help="observation type (default: features; features_reach learns fastest, notebook 11)")
     parser.add_argument("--size", type=_positive(int), default=None, help="grid height and width (default: 10)")
     parser.add_argument("--envs", type=_positive(int), default=None, help="games stepped together")
     parser.add_argument("--device", type=_device_argument, default=None,

@@ -26,7 +26,7 @@ CONFIGS = [SYNC_POINTS, (), *((point,) for point in SYNC_POINTS)]
 CONFIG_IDS = ["all four", "none", *SYNC_POINTS]
 
 
-@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+@pytest.mark.parametrize("obs_type", rules.FIRST_OBS_TYPES)
 @pytest.mark.parametrize("syncs", [SYNC_POINTS, ()], ids=["all four", "none"])
 def test_lockstep_with_snake_env(syncs, obs_type):
     seen = run_lockstep(obs_type, height=6, width=7, num_envs=16, steps=300, seed=11,
@@ -57,7 +57,7 @@ def test_spaces_and_conventions_match_vec_snake():
 
 
 @pytest.mark.parametrize("syncs", CONFIGS, ids=CONFIG_IDS)
-@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+@pytest.mark.parametrize("obs_type", rules.FIRST_OBS_TYPES)
 def test_every_observation_equals_one_built_from_the_state(syncs, obs_type):
     env = NaiveTensorSnake(24, 5, 5, obs_type=obs_type, seed=2, syncs=syncs)
     actions = torch.randint(0, 3, (150, 24), generator=torch.Generator().manual_seed(4))
@@ -73,7 +73,7 @@ def test_every_observation_equals_one_built_from_the_state(syncs, obs_type):
 
 
 @pytest.mark.parametrize("syncs", [SYNC_POINTS, ()], ids=["all four", "none"])
-@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+@pytest.mark.parametrize("obs_type", rules.FIRST_OBS_TYPES)
 def test_filling_the_board_wins_and_restarts(syncs, obs_type):
     path = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (1, 0),
             (2, 0), (2, 1), (2, 2), (2, 3), (3, 3), (3, 2), (3, 1), (3, 0)]
@@ -165,6 +165,7 @@ def test_a_bad_action_raises_and_nothing_moves(actions, message):
     (lambda: NaiveTensorSnake(2, syncs=("mask_reset", "bogus")), ValueError, "'bogus' is not one of"),
     (lambda: NaiveTensorSnake(2, syncs=3), TypeError, "syncs=3"),
     (lambda: NaiveTensorSnake(2, obs_type="rgb"), ValueError, "obs_type"),
+    (lambda: NaiveTensorSnake(2, obs_type="features_reach"), ValueError, "obs_type='features_reach' must be one of"),
     (lambda: NaiveTensorSnake(2, height=3), ValueError, "height=3"),
     (lambda: NaiveTensorSnake(2).step([0, 1]), TypeError, "actions must be a torch.Tensor"),
     (lambda: NaiveTensorSnake(2).step(torch.zeros(3, dtype=torch.int64)), ValueError, r"shape \(2,\)"),
@@ -192,7 +193,7 @@ def test_check_syncs_keeps_the_canonical_order_and_accepts_none():
     assert set(SYNC_POINT_CODE) == set(SYNC_FREE_CODE) == set(SYNC_POINTS)
 
 
-@pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
+@pytest.mark.parametrize("obs_type", rules.FIRST_OBS_TYPES)
 def test_agreement_with_vec_snake_finds_none_and_a_broken_env_is_caught(obs_type):
     found = agreement(NaiveTensorSnake(16, 5, 6, obs_type=obs_type), VecSnake(16, 5, 6, obs_type=obs_type),
                       steps=120, seed=1)

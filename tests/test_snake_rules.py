@@ -172,3 +172,21 @@ def test_feature_names_match_the_observation():
     obs = rules.observe(state, 10, 10, "features")
     on = [name for name, value in zip(rules.FEATURE_NAMES, obs) if value]
     assert on == ["heading right", "food down"]
+
+
+def test_space_of_each_move_by_hand():
+    """4x4, heading left at (1, 0): straight is the wall, up is a one-cell pocket, down is the rest.
+
+        . B B .      B: body (the tail T is free, as for danger)
+        H B T .      free cells: 16 - 4 blocked = 12
+        . . . .      up: {(0, 0)}, walled in by the body and the head: 1 / 12
+        . . . .      down: every free cell but the pocket: 11 / 12
+    """
+    state = SnakeState(((1, 0), (1, 1), (0, 1), (0, 2), (1, 2)), LEFT, (3, 3))
+    np.testing.assert_allclose(rules.space_shares(state, 4, 4), [0.0, 1 / 12, 11 / 12], rtol=1e-6)
+    obs = rules.observe(state, 4, 4, "features_reach")
+    assert obs.shape == (15,) == rules.observation_shape("features_reach", 4, 4)
+    np.testing.assert_array_equal(obs[:11], rules.observe(state, 4, 4, "features"))
+    assert obs[14] == pytest.approx(5 / 16)
+    assert len(rules.REACH_FEATURE_NAMES) == 15
+

@@ -81,7 +81,7 @@ from ..snake import rules
 from ..snake.cpu_vector import VECTOR_KINDS, make_cpu_vector_env
 from ..snake.env import SnakeEnv
 from ..snake.naive_tensor import SYNC_POINTS, NaiveTensorSnake
-from ..snake.rules import NUM_ACTIONS, OBS_TYPES
+from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
 from ..snake.vec import VecSnake
 from .claims import APPROX, CLAIMS, Claim, Verdict, judge, record_ratio, speedup_spread
 from .records import Record
@@ -341,7 +341,7 @@ def gym_vector_throughput(device: str | torch.device | None = "cpu", *, kinds=VE
 
 
 def vec_snake_throughput(device: str | torch.device | None = None, *, num_envs=None,
-                         obs_types=OBS_TYPES, progress: bool = True, machine: str | None = None) -> list[Record]:
+                         obs_types=FIRST_OBS_TYPES, progress: bool = True, machine: str | None = None) -> list[Record]:
     """Steps/s of ``VecSnake`` on ``device`` for each N and observation type.
 
     ``num_envs`` defaults to :func:`default_vec_num_envs` for ``device`` (1 to 65,536 on a CPU,
@@ -381,7 +381,7 @@ def measure_env_throughput(device: str | torch.device | None = None, progress: b
     vec_num_envs = check_ints("vec_num_envs", default_vec_num_envs(device) if vec_num_envs is None else vec_num_envs)
     gym_num_envs = check_ints("gym_num_envs", default_gym_num_envs() if gym_num_envs is None else gym_num_envs)
     jobs = (_loop_jobs("features") + _gym_jobs(VECTOR_KINDS, gym_num_envs, "features")
-            + _vec_jobs(vec_num_envs, OBS_TYPES, device))
+            + _vec_jobs(vec_num_envs, FIRST_OBS_TYPES, device))
     return _run_jobs(jobs, NAME, _label(device), progress, "envs")
 
 

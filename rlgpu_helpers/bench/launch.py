@@ -60,7 +60,7 @@ from tqdm.auto import tqdm
 from ..core.checks import check_choices, check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label, synchronize
-from ..snake.rules import NUM_ACTIONS, OBS_TYPES
+from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
 from ..snake.vec import VecSnake
 from .records import Record, check_records
 from .report import Table, format_number
@@ -311,7 +311,7 @@ def _vec_step(obs_type: str, num_envs: int, device: torch.device):
     return step
 
 
-def profile_vec_snake(device: str | torch.device | None = None, *, obs_types=OBS_TYPES,
+def profile_vec_snake(device: str | torch.device | None = None, *, obs_types=FIRST_OBS_TYPES,
                       num_envs=(1024, 4096), steps: int = 5) -> list[StepProfile]:
     """Launches per step (:func:`count_launches`) and bytes per game (:func:`traffic_bytes`) of
     ``VecSnake`` on ``device``, for each observation type; averaged over ``steps`` steps."""

@@ -47,13 +47,15 @@ class Curve:
     env_steps: int
     points: list[dict]
     details: dict = dataclasses.field(default_factory=dict)
-    """How the setup ran, when it is not fixed (SB3: ``num_envs`` and ``vec_env``)."""
+    """How the setup ran, when it is not fixed (SB3: ``num_envs`` and ``vec_env``; ours: ``obs_type``)."""
 
     @property
     def label(self) -> str:
         """The setup's name, with its details: "stable-baselines3 PPO (...), 2 envs in DummyVecEnv"."""
         if "vec_env" in self.details:
             return f"{SETUPS[self.setup]}, {self.details['num_envs']} envs in {self.details['vec_env']}"
+        if "obs_type" in self.details:
+            return f"{SETUPS[self.setup]}, {self.details['obs_type']!r} observation"
         return SETUPS[self.setup]
 
     @property
@@ -78,13 +80,24 @@ class Curve:
         return next((p for p in self.points if p["mean_score"] is not None and p["mean_score"] >= score), None)
 
 
+CAPSTONE_OBS = "features_reach"
+"""The capstone's observation: the 11 features, the free space each move leads to, the length (``snake.rules``)."""
+
+
+def ours_settings(device) -> dict:
+    """The capstone's PPO settings on ``device``: ``suggested_settings`` with the capstone's observation."""
+    from ..learn.ppo import suggested_settings
+
+    return {**suggested_settings(device), "obs_type": CAPSTONE_OBS}
+
+
 def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool = False, **settings) -> Curve:
     """This course's PPO on ``VecSnake`` for ``seconds`` (settings: any ``PPOConfig`` field)."""
     from ..learn.training import make_learner, train
 
     learner = make_learner("ppo", seed=seed, device=str(device), **settings)
     result = train(learner, seconds=seconds, progress=progress)
-    return Curve("ours", result.seconds, result.env_steps, result.curve)
+    return Curve("ours", result.seconds, result.env_steps, result.curve, {"obs_type": learner.config.obs_type})
 
 
 def _snake_env(height, width, obs_type):
@@ -327,7 +340,6 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
 
     from ..core.config import pick
     from ..core.device import device_report, machine_label
-    from ..learn.ppo import suggested_settings
 
     budget = check_number("budget_s", pick(full=300.0, quick=4.0) if budget_s is None else budget_s, above=0)
     seeds = check_ints("seeds", pick(full=(0, 1, 2), quick=(0,)) if seeds is None else seeds, minimum=0)
@@ -340,7 +352,7 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
     records = []
     for setup, seed in tqdm(runs, desc="training runs", disable=not progress):
         if setup == "ours":
-            curve = run_ours(budget, seed=seed, device=device, **suggested_settings(device))
+            curve = run_ours(budget, seed=seed, device=device, **ours_settings(device))
         elif setup == "sb3":
             curve = run_sb3(budget, seed=seed)
         else:

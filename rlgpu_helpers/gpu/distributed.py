@@ -55,6 +55,7 @@ from ..core.device import get_device
 from ..learn.checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from ..learn.ppo import PPO, PPOConfig
 from ..learn.training import FORMAT, ScoreCurve, TrainingResult, _check_budget, run_iterations
+from ..snake import rules
 from .accumulate import flat_gradient, sync_last_micro_batch_only
 
 MODULE = "rlgpu_helpers.gpu.distributed"
@@ -548,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = subparsers.add_parser("train", parents=[common], help="train PPO, data-parallel")
     train.add_argument("--algo", choices=["ppo"], default="ppo", help="data-parallel training is PPO only")
-    train.add_argument("--obs", choices=["features", "grid"], default=None)
+    train.add_argument("--obs", choices=list(rules.OBS_TYPES), default=None)
     train.add_argument("--size", type=_positive(int), default=None)
     train.add_argument("--envs", type=_positive(int), default=None, help="games stepped together on each rank")
     train.add_argument("--seed", type=_seed_argument, default=None, help="rank r's games use seed + r")

@@ -30,7 +30,8 @@ RENDER_MODES = ("rgb_array",)
 class SnakeEnv(gymnasium.Env):
     """One game of Snake on a ``height x width`` grid (the rules are in ``rules.py``).
 
-    obs_type: ``"features"`` (11 floats) or ``"grid"`` (``(3, height, width)``), see ``rules.observe``.
+    obs_type: ``"features"`` (11 floats), ``"grid"`` (``(3, height, width)``) or ``"features_reach"``
+        (15 floats), see ``rules.observe``.
     max_steps_without_food: truncate after this many steps without eating (default ``height * width``).
     render_mode: ``None`` or ``"rgb_array"`` (``render()`` returns a ``uint8`` image).
 
@@ -161,6 +162,8 @@ class SnakeEnv(gymnasium.Env):
     def _observation(self) -> np.ndarray:
         if self.obs_type == "grid":
             return self._grid_observation()
+        if self.obs_type == "features_reach":  # the flood fill of the rules' reference, as it is
+            return rules.observe(self.get_state(), self.height, self.width, self.obs_type)
         return self._feature_observation()
 
     def _grid_observation(self) -> np.ndarray:

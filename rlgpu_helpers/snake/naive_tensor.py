@@ -56,7 +56,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..core.checks import check_bool, check_choices, check_int, check_seed
+from ..core.checks import check_bool, check_choice, check_choices, check_int, check_seed
 from ..core.device import get_device
 from ..gpu.sync import DeferredCheck
 from . import rules
@@ -117,7 +117,7 @@ class NaiveTensorSnake(VectorEnv):
                  seed: int | None = None, syncs=SYNC_POINTS, check_action_values: bool = True):
         self.num_envs = check_int("num_envs", num_envs)
         self.height, self.width = rules.check_grid_size(height, width)
-        self.obs_type = rules.check_obs_type(obs_type)
+        self.obs_type = check_choice("obs_type", obs_type, rules.FIRST_OBS_TYPES)  # the lesson's two
         self.max_steps_without_food = rules.check_max_steps_without_food(
             max_steps_without_food, self.height, self.width)
         self.device = get_device(device, param="device")

@@ -1,7 +1,7 @@
 """The rules of Snake, shared by every env in the package (introduced in notebook 01).
 
 One place says what a valid game looks like: grid sizes, actions, the start position, the
-``SnakeState`` every env can export and import, and the two observation types computed from a
+``SnakeState`` every env can export and import, and the observation types computed from a
 state. ``SnakeEnv`` (NumPy) and ``VecSnake`` (torch) both follow these rules, and the tests run
 them side by side to prove it.
 
@@ -19,14 +19,21 @@ from ..core.checks import check_choice, check_int
 
 MIN_SIZE, MAX_SIZE = 4, 64
 START_LENGTH = 3
-OBS_TYPES = ("features", "grid")
+OBS_TYPES = ("features", "grid", "features_reach")
+"""``"features"`` (11 numbers), ``"grid"`` (3 x H x W) and ``"features_reach"`` (the 11, plus the free space
+each move leads to and the length: 15 numbers; notebook 11's capstone)."""
+FIRST_OBS_TYPES = ("features", "grid")
+"""The observations notebooks 01-04 measure the envs with."""
 NUM_ACTIONS = 3
 NUM_FEATURES = 11
+NUM_REACH_FEATURES = NUM_FEATURES + NUM_ACTIONS + 1
 
 FEATURE_NAMES = ("danger straight", "danger right", "danger left",
                  "heading up", "heading right", "heading down", "heading left",
                  "food up", "food right", "food down", "food left")
 """What each of the 11 numbers of a "features" observation says, in order."""
+REACH_FEATURE_NAMES = FEATURE_NAMES + ("space straight", "space right", "space left", "length")
+"""What each of the 15 numbers of a "features_reach" observation says, in order."""
 
 UP, RIGHT, DOWN, LEFT = 0, 1, 2, 3
 # Row and column change of one step in each direction.
@@ -154,13 +161,15 @@ def validate_state(state: SnakeState, height: int, width: int, max_steps_without
 
 
 def observation_shape(obs_type: str, height: int, width: int) -> tuple[int, ...]:
-    return (NUM_FEATURES,) if obs_type == "features" else (3, height, width)
+    return {"features": (NUM_FEATURES,), "features_reach": (NUM_REACH_FEATURES,)}.get(obs_type, (3, height, width))
 
 
 def observe(state: SnakeState, height: int, width: int, obs_type: str) -> np.ndarray:
     """The observation of ``state``, computed plainly from the rules (the reference for tests)."""
     if obs_type == "grid":
         return _observe_grid(state, height, width)
+    if obs_type == "features_reach":
+        return _observe_features_reach(state, height, width)
     return _observe_features(state, height, width)
 
 
@@ -198,3 +207,41 @@ def _observe_features(state: SnakeState, height: int, width: int) -> np.ndarray:
         obs[9] = float(food_row > head_row)
         obs[10] = float(food_col < head_col)
     return obs
+
+
+def reach_moves(height: int, width: int) -> int:
+    """How far the space of a ``"features_reach"`` observation looks: ``height + width`` moves."""
+    return height + width
+
+
+def _observe_features_reach(state: SnakeState, height: int, width: int) -> np.ndarray:
+    """The 11 features, then :func:`space_shares` straight / right / left, then ``length / (height * width)``."""
+    return np.concatenate([_observe_features(state, height, width), space_shares(state, height, width),
+                           [len(state.body) / (height * width)]]).astype(np.float32)
+
+
+def space_shares(state: SnakeState, height: int, width: int) -> np.ndarray:
+    """How much room each move (straight, right, left) leads to, as a share of the free cells.
+
+    Space after a move: the share of the free cells the snake could reach within
+    ``reach_moves`` moves through free cells (4-neighbours), starting from the cell the move
+    leads to (counted); 0 for a move into danger. Free cells are the cells of the grid that are
+    not blocked, and blocked is what danger calls body: every body cell but the tail. So the share
+    is the cells reached over ``height * width - (length - 1)``. It tells a trap from an open
+    corridor, which the danger bits, one cell ahead, cannot.
+    """
+    shares = np.zeros(NUM_ACTIONS, dtype=np.float32)
+    blocked = set(state.body[:-1])
+    head_row, head_col = state.body[0]
+    for action in range(NUM_ACTIONS):
+        dr, dc = DIRECTION_DELTAS[turn(state.direction, action)]
+        start = (head_row + dr, head_col + dc)
+        if not (0 <= start[0] < height and 0 <= start[1] < width) or start in blocked:
+            continue  # danger: the move leads nowhere
+        reached = frontier = {start}
+        for _ in range(reach_moves(height, width)):
+            frontier = {(row + r, col + c) for row, col in frontier for r, c in DIRECTION_DELTAS
+                        if 0 <= row + r < height and 0 <= col + c < width} - blocked - reached
+            reached = reached | frontier
+        shares[action] = len(reached) / (height * width - len(blocked))
+    return shares

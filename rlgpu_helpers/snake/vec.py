@@ -127,7 +127,8 @@ class VecSnake(VectorEnv):
     Args:
         num_envs: number of games N.
         height, width: grid size, each 4..64.
-        obs_type: ``"features"`` (N, 11) or ``"grid"`` (N, 3, H, W), float32, see ``rules``.
+        obs_type: ``"features"`` (N, 11), ``"grid"`` (N, 3, H, W) or ``"features_reach"`` (N, 15), float32,
+            see ``rules``.
         max_steps_without_food: truncation limit, default ``height * width``.
         device: any torch device; every tensor in and out lives there.
         seed: seed of the food placement; ``reset(seed=...)`` re-seeds.
@@ -216,6 +217,8 @@ class VecSnake(VectorEnv):
         self._start_age = torch.arange(rules.START_LENGTH, device=self.device)  # head 0 ... tail 2
         self._start_head = start[0]
         self._start_grid = _start_grid(H, W).to(self.device)
+        start_state = SnakeState(rules.start_body(H, W), rules.RIGHT, None)
+        self._start_space = torch.from_numpy(rules.space_shares(start_state, H, W)).to(self.device)
         start_free = torch.full((H,), W)
         for r, _ in rules.start_body(H, W):
             start_free[r] -= 1
@@ -348,12 +351,15 @@ class VecSnake(VectorEnv):
         # The last observation of every game, before restarts and new food. The danger bits
         # carry over to the next observation: new food changes none, and a restarted snake
         # sees none (the start position is clear on every grid size).
-        if self.obs_type == "features":
-            danger = self._danger_code()
-            final_obs = self._observe_features(danger, no_food=won)
-        else:
+        if self.obs_type == "grid":
             final_obs = self._observe_grid(no_food=won)
             old_food = self._grid_food_at()
+        else:
+            danger = self._danger_code()
+            final_obs = self._observe_features(danger, no_food=won)
+            if self.obs_type == "features_reach":  # food and restarts leave the space of the others as it is
+                space = self._space_shares()
+                final_obs = self._with_space(final_obs, space)
         info = {
             "final_obs": final_obs,
             "_final_obs": done,
@@ -366,10 +372,12 @@ class VecSnake(VectorEnv):
         }
         self._restart(done)
         self._place_food(done | (ate & ~won), None if frozen is None else moves)
-        if self.obs_type == "features":
-            obs = self._observe_features(danger.masked_fill_(done, 0))
-        else:
+        if self.obs_type == "grid":
             obs = self._next_grid(final_obs, done, old_food)
+        else:
+            obs = self._observe_features(danger.masked_fill_(done, 0))
+            if self.obs_type == "features_reach":
+                obs = self._with_space(obs, torch.where(done[:, None], self._start_space, space))
         return obs, reward, terminated, truncated, info
 
     # ------------------------------------------------------------------ internals
@@ -421,9 +429,42 @@ class VecSnake(VectorEnv):
 
     def _observe(self) -> torch.Tensor:
         """The observation of every game."""
-        if self.obs_type == "features":
-            return self._observe_features(self._danger_code())
-        return self._observe_grid()
+        if self.obs_type == "grid":
+            return self._observe_grid()
+        features = self._observe_features(self._danger_code())
+        return self._with_space(features, self._space_shares()) if self.obs_type == "features_reach" else features
+
+    def _space_shares(self) -> torch.Tensor:
+        """``rules.space_shares`` of every game, (N, 3): a flood fill of ``rules.reach_moves`` rounds.
+
+        Free cells are those whose stamp is at most the tail's (walls hold a huge stamp), but the
+        head (within a step its stamp is written later, by ``_restart``). The fill
+        starts on the cell ahead after each move (nothing, where that cell is blocked) and grows
+        one cell in the 4 directions per round: in the bordered layout that is a shift of the
+        flattened grid by 1 or by a row, and a wall stops it, so no bounds are checked.
+        """
+        N, P = self.num_envs, self._pitch
+        stamps = self._stamp.view(N, -1)
+        free = (stamps <= (self._clock - self._length + 1)[:, None]).view(torch.uint8)
+        free.scatter_(1, self._head[:, None].to(torch.int64), 0)  # in a step, the new head has no stamp yet
+        free = free[:, None, :]  # (N, 1, C)
+        ahead = self._head[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3) cells
+        reach = torch.zeros(N, rules.NUM_ACTIONS, stamps.shape[1], dtype=torch.uint8, device=self.device)
+        reach.scatter_(2, ahead[:, :, None].to(torch.int64), 1).bitwise_and_(free)
+        for _ in range(rules.reach_moves(self.height, self.width)):
+            grown = reach.clone()
+            grown[..., 1:].bitwise_or_(reach[..., :-1])
+            grown[..., :-1].bitwise_or_(reach[..., 1:])
+            grown[..., P:].bitwise_or_(reach[..., :-P])
+            grown[..., :-P].bitwise_or_(reach[..., P:])
+            reach = grown.bitwise_and_(free)
+        reached = reach.sum(2, dtype=torch.int32).to(torch.float32)
+        return reached / (self._cells - self._length + 1).to(torch.float32)[:, None]
+
+    def _with_space(self, features: torch.Tensor, space: torch.Tensor) -> torch.Tensor:
+        """A ``"features_reach"`` observation: the features, the space of each move, the length."""
+        length = (self._length.to(torch.float32) / self._cells)[:, None]
+        return torch.cat([features, space, length], 1)
 
     def _danger_code(self) -> torch.Tensor:
         """Danger straight/right/left as bits 0/1/2: a wall, or a body cell other than the tail.
