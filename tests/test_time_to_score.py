@@ -73,9 +73,21 @@ def test_seed_summary_gives_mean_and_spread_and_says_when_some_runs_missed():
     records += [Record("training", "PPO", "seconds to mean score 20", 100.0, "s", {"seed": 0}, None, "m")]
     table = seed_summary(records)
     row, = table.rows
-    assert row[2] == "3"
+    assert row[3] == "3"
     assert row[table.columns.index("final mean score (food), mean ± sd")] == "22.0 ± 2.00"
     assert row[table.columns.index("seconds to mean score 20 (s), mean ± sd")] == "100 (1 of 3 runs)"
+
+
+def test_seed_summary_keeps_runs_of_other_settings_apart():
+    records = [Record("training", "PPO", "final mean score", v, "food", {"seed": s, "budget_s": 300.0}, None, "m")
+               for s, v in enumerate([20.0, 22.0])]
+    records += [Record("training", "PPO", "final mean score", v, "food",
+                       {"seed": s, "budget_s": 120.0, "obs_type": "features_reach"}, None, "m")
+                for s, v in enumerate([40.0, 41.0, 42.0])]
+    rows = {row[2]: row for row in seed_summary(records).rows}
+    assert set(rows) == {"budget_s 300.0", "budget_s 120.0, obs_type features_reach"}
+    assert rows["budget_s 300.0"][3] == "2" and rows["budget_s 300.0"][4] == "21.0 ± 1.41"
+    assert rows["budget_s 120.0, obs_type features_reach"][4] == "41.0 ± 1.00"
 
 
 def test_plot_curves_labels_both_views():
@@ -83,6 +95,14 @@ def test_plot_curves_labels_both_views():
     left, right = fig.axes
     assert left.get_xlabel() == "wall-clock time (s)" and right.get_xscale() == "log"
     assert left.get_ylabel() == "mean score (food eaten)"
+
+
+def test_plot_curves_tells_two_runs_of_one_setup_apart_by_their_details():
+    runs = [Curve("ours", 1.0, 10, curve().points, {"obs_type": obs}) for obs in ("features_reach", "features")]
+    left, _ = plot_curves(runs).axes
+    assert [line.get_label() for line in left.get_lines()] == [
+        "PPO on VecSnake (this course), 'features_reach' observation",
+        "PPO on VecSnake (this course), 'features' observation"]
 
 
 def test_the_runners_produce_curves_for_a_short_budget():

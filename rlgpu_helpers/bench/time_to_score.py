@@ -210,7 +210,7 @@ def run_naive(seconds: float, seed: int = 0, segment_s: float = 1.0) -> Curve:
 
 
 def curve_records(curve: Curve, machine: str, budget_s: float, seed: int,
-                  thresholds=(5, 10, 20)) -> list[Record]:
+                  thresholds=(5, 10, 20, 30)) -> list[Record]:
     """Steps/s, final mean score, and the seconds and env steps to each score, as records."""
     params = {"budget_s": budget_s, "seed": seed, **curve.details}
     variant = SETUPS[curve.setup]
@@ -276,19 +276,21 @@ def compare_to_score(ours: Curve, other: Curve, score: float) -> str:
 
 
 def seed_summary(records: list[Record]) -> Table:
-    """Per machine and setup, over the seeds on file: mean and standard deviation of each metric."""
+    """Per machine, setup and settings (every param but the seed), over the seeds on file: mean and
+    standard deviation of each metric. Runs with other settings (budget, observation) are not mixed."""
     import statistics
 
     groups = {}
     for r in records:
         if r.name == "training":
-            groups.setdefault((r.machine, r.variant), {}).setdefault((r.metric, r.unit), []).append(r.value)
+            settings = ", ".join(f"{key} {value}" for key, value in sorted(r.params.items()) if key != "seed")
+            groups.setdefault((r.machine, r.variant, settings), {}).setdefault((r.metric, r.unit), []).append(r.value)
     metrics = list(dict.fromkeys(m for by_metric in groups.values() for m in by_metric))
-    columns = ["machine", "setup", "runs"] + [f"{metric} ({unit}), mean ± sd" for metric, unit in metrics]
+    columns = ["machine", "setup", "settings", "runs"] + [f"{metric} ({unit}), mean ± sd" for metric, unit in metrics]
     rows = []
-    for (machine, variant), by_metric in sorted(groups.items()):
+    for (machine, variant, settings), by_metric in sorted(groups.items()):
         runs = max(len(v) for v in by_metric.values())
-        row = [machine, variant, str(runs)]
+        row = [machine, variant, settings, str(runs)]
         for metric in metrics:
             values = by_metric.get(metric, [])
             if not values:
@@ -301,7 +303,7 @@ def seed_summary(records: list[Record]) -> Table:
                 text += f" ({len(values)} of {runs} runs)"
             row.append(text)
         rows.append(row)
-    return Table(columns, rows, [False, False] + [True] * (len(columns) - 2))
+    return Table(columns, rows, [False, False, False] + [True] * (len(columns) - 3))
 
 
 def plot_curves(curves: list[Curve], title: str = "Learning Snake: mean score of the last 100 games"):
@@ -311,7 +313,7 @@ def plot_curves(curves: list[Curve], title: str = "Learning Snake: mean score of
     fig, (by_time, by_steps) = plt.subplots(1, 2, figsize=(11, 4.2))
     for curve in curves:
         points = [p for p in curve.points if p["mean_score"] is not None]
-        label = SETUPS[curve.setup]
+        label = curve.label
         by_time.plot([p["seconds"] for p in points], [p["mean_score"] for p in points], label=label)
         by_steps.plot([max(p["env_steps"], 1) for p in points], [p["mean_score"] for p in points], label=label)
     by_time.set_xlabel("wall-clock time (s)")
