@@ -35,7 +35,7 @@ from ..core.checks import check_choices, check_ints
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label, synchronize
 from ..gpu.graphs import CapturedStep, compile_step
-from ..learn.ppo import PPO, PPOConfig, sample_actions
+from ..learn.ppo import PPO, PPOConfig
 from ..snake.rules import NUM_ACTIONS
 from ..snake.vec import VecSnake
 from .claims import CLAIMS, judge, record_ratio
@@ -102,13 +102,6 @@ def op_time_by_size(device: str | torch.device | None = None, *, sizes=None) -> 
 
 # ---------------------------------------------------------------------------- the parts
 
-def act(model, obs: torch.Tensor):
-    """The policy acting on ``obs``: an action per row, sampled without a sync, and its log-probability."""
-    logits = model.logits(obs)
-    action = sample_actions(logits)
-    return action, torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
-
-
 def _learner(num_envs: int, device: torch.device, **settings) -> PPO:
     return PPO(PPOConfig(num_envs=num_envs, num_steps=NUM_STEPS, num_minibatches=1, update_epochs=1,
                          hidden=HIDDEN, device=str(device), **settings))
@@ -142,7 +135,7 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
 
         def fn(obs):
             with torch.no_grad():
-                return act(learner.model, obs)
+                return learner.act(obs)
         args = (obs,)
     else:
         learner._collect()

@@ -274,10 +274,7 @@ class PPO:
         and the real last observations of the games that just finished (for the bootstrap).
         """
         c = self.config
-        with self._forward():
-            logits = self.model.logits(obs).float()
-        action = sample_actions(logits)
-        logprob = torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
+        action, logprob = self.act(obs)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         with self._forward():
             values = self.model.value(torch.cat([next_obs, info["final_obs"]])).float()
@@ -288,6 +285,13 @@ class PPO:
                            (self.scores, info["episode"]["score"]), (self.finished, info["_episode"])):
             storage.index_copy_(0, t, x[None].to(storage.dtype))
         return next_obs, values[: c.num_envs]
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy acting on ``obs``: an action per row, sampled without a sync, and its log-probability."""
+        with self._forward():
+            logits = self.model.logits(obs).float()
+        action = sample_actions(logits)
+        return action, torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
 
     def _forward(self):
         """The context of every forward pass: ``config.precision``'s autocast and TF32 setting, only around it.
