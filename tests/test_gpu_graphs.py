@@ -65,6 +65,27 @@ def test_the_compiled_training_step_equals_the_eager_one_to_float32_rounding():
     assert not torch.equal(next(eager.model.parameters()), next(PPO(PPOConfig(**config)).model.parameters()))
 
 
+def test_a_compiled_bf16_learner_iterates_with_its_forward_passes_in_bf16():
+    """The TF32 setting of a precision cannot be traced: compiled, only its autocast is inside the graph."""
+    learner = PPO(PPOConfig(num_envs=16, num_steps=4, num_minibatches=2, hidden=8, precision="bf16", compile=True,
+                            obs_type="features_reach"))
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    learner.iterate()
+    assert learner.env_steps == 64 and learner.logprobs.dtype == torch.float32
+    assert all(not torch.equal(b, p) for b, p in zip(before, learner.model.parameters()))
+
+
+    def logits(obs):
+        with learner._forward():
+            return learner.model.logits(obs).float()
+
+    obs = learner.next_obs
+    with torch.no_grad():
+        compiled, eager, fp32 = torch.compile(logits)(obs), logits(obs), learner.model.logits(obs)
+    torch.testing.assert_close(compiled, eager, rtol=0.05, atol=0.05)  # both in bf16 ...
+    assert not torch.allclose(compiled, fp32, rtol=0, atol=1e-6)  # ... which rounds what fp32 keeps
+
+
 def test_the_graph_breaks_of_the_checked_step_are_found_and_the_unchecked_step_has_none():
     checked = VecSnake(16, seed=0)
     found = graph_breaks(checked.step, actions(1, 16)[0])

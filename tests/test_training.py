@@ -24,11 +24,12 @@ def test_a_step_budget_runs_whole_iterations_and_records_a_curve():
     assert [p["env_steps"] for p in result.curve] == sorted(p["env_steps"] for p in result.curve)
 
 
-def test_resuming_gives_exactly_the_same_run_as_not_stopping(tmp_path):
+@pytest.mark.parametrize("launch", [{}, {"compile": True}], ids=["eager", "compiled, graph-safe Adam"])
+def test_resuming_gives_exactly_the_same_run_as_not_stopping(tmp_path, launch):
     budget = 4 * ITERATION
-    straight = train(make_learner("ppo", **SMALL), steps=budget, progress=False)
+    straight = train(make_learner("ppo", **SMALL, **launch), steps=budget, progress=False)
 
-    interrupted = make_learner("ppo", **SMALL)
+    interrupted = make_learner("ppo", **SMALL, **launch)
     iterate = interrupted.iterate
 
     def stops_after_two(budget_used):
@@ -44,6 +45,8 @@ def test_resuming_gives_exactly_the_same_run_as_not_stopping(tmp_path):
     assert resumed.env_steps == straight.env_steps and resumed.episodes == straight.episodes
     for (name, a), b in zip(straight.learner.model.state_dict().items(), resumed.learner.model.state_dict().values()):
         assert torch.equal(a, b), name
+    lr, resumed_lr = (run.learner.optimizer.param_groups[0]["lr"] for run in (straight, resumed))
+    assert isinstance(resumed_lr, torch.Tensor) == bool(launch) and float(resumed_lr) == float(lr)
 
 
 def test_dqn_resumes_with_its_replay_buffer(tmp_path):

@@ -192,13 +192,18 @@ def precision_context(precision: str, device: str | torch.device | None = None):
     forward pass: the model stops changing, however well the optimizer works
     (:func:`stale_weights_check` shows it). Leaving the region frees the cache. ``"fp32"`` runs
     CUDA float32 matmuls in full float32, ``"tf32"`` in TF32; on a CPU both are plain float32.
+    Inside a function ``torch.compile`` traces, only the autocast is entered: the compiler cannot
+    trace the TF32 setting, which must then be made around the compiled call (``PPO`` does).
     """
     precision = check_precision("precision", precision)
     device = get_device(device, param="device")
+    autocast = torch.amp.autocast(device.type, dtype=AUTOCAST_DTYPES.get(precision, torch.bfloat16),
+                                  enabled=precision in AUTOCAST_DTYPES)
+    if torch.compiler.is_compiling():
+        return autocast  # the compiler traces a plain autocast block, not one inside an ExitStack
     stack = contextlib.ExitStack()
     stack.enter_context(fp32_matmul_precision(precision == "tf32"))
-    stack.enter_context(torch.amp.autocast(device.type, dtype=AUTOCAST_DTYPES.get(precision, torch.bfloat16),
-                                           enabled=precision in AUTOCAST_DTYPES))
+    stack.enter_context(autocast)
     return stack
 
 

@@ -16,6 +16,13 @@ The buffers that keep transitions in host memory (``"host"``, ``"pinned"``, ``"m
 GPU. ``"prioritized"`` is prioritized experience replay: each update's loss is weighted by the
 importance weights, the new priorities are ``|TD error| + PRIORITY_EPS``, and ``beta`` rises
 linearly from ``priority_beta`` to 1 over the training budget.
+
+Fewer launches (notebook 09): ``DQNConfig.compile`` runs acting (the greedy pass and the
+epsilon coin flips) and the TD update through ``torch.compile``; ``DQNConfig.cuda_graphs``
+captures each in a CUDA graph (``gpu.graphs.CapturedStep``) and replays it. Acting reads epsilon
+from a device tensor, so a new epsilon needs no recompile, and with either setting Adam is
+graph-safe (``gpu.graphs.graph_safe_adam``).
+The env step and the buffer stay eager: the buffers differ in what they can take.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ import dataclasses
 import torch
 from torch import nn
 
-from ..core.checks import check_choice, check_int, check_number, check_seed
+from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
+from ..gpu.graphs import CapturedStep, graph_safe_adam
 from ..replay.base import KINDS, make_buffer
 from ..replay.prioritized import PrioritizedReplayBuffer
 from ..snake import rules
@@ -74,6 +82,10 @@ class DQNConfig:
     """Epsilon decays linearly from eps_start to eps_end over this fraction of the budget."""
     max_grad_norm: float = 10.0
     hidden: int = 128
+    compile: bool = False
+    """Run acting and the TD update through ``torch.compile`` (notebook 09); the first calls pay the compile."""
+    cuda_graphs: bool = False
+    """Capture acting and the TD update each in a CUDA graph and replay it (notebook 09; CUDA only)."""
     seed: int = 0
     device: str = "cpu"
 
@@ -88,6 +100,10 @@ class DQNConfig:
             check_int(name, getattr(self, name), 1)
         check_int("learning_starts", self.learning_starts, 0)
         check_seed("seed", self.seed)
+        for name in ("compile", "cuda_graphs"):
+            check_bool(name, getattr(self, name))
+        if self.cuda_graphs and get_device(self.device, param="device").type != "cuda":
+            raise ValueError(f"cuda_graphs=True needs a CUDA GPU, not device={self.device!r}")
         get_device(self.device, param="device")
         if self.num_envs > self.buffer_size:
             raise ValueError(f"buffer_size={self.buffer_size!r} must hold at least one vector step "
@@ -116,7 +132,10 @@ class DQN:
         obs_shape = self.env.single_observation_space.shape
         self.model = QNetwork(obs_shape, hidden=c.hidden).to(self.device)
         self.target = copy.deepcopy(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate)
+        if c.compile or c.cuda_graphs:
+            self.optimizer = graph_safe_adam(self.model.parameters(), c.learning_rate, device=self.device)
+        else:
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate)
         options = {"alpha": c.priority_alpha, "beta": c.priority_beta} if c.buffer == "prioritized" else {}
         self.buffer = make_buffer(c.buffer, c.buffer_size, obs_shape, self.device, **options)
         self.prioritized = isinstance(self.buffer, PrioritizedReplayBuffer)
@@ -124,6 +143,15 @@ class DQN:
         self.env_steps = 0
         self.vector_steps = 0
         self.updates = 0
+        self._epsilon = torch.zeros((), device=self.device)  # this iteration's epsilon, where acting reads it
+        self._ones = torch.ones(c.batch_size, device=self.device)  # the weights of a uniform buffer's batch
+        self._act_fn, self._update_fn = self._act_exploring, self._td_update
+        if c.compile:
+            self._act_fn = torch.compile(self._act_fn, fullgraph=True)
+            self._update_fn = torch.compile(self._update_fn)  # backward and the optimizer step break the graph
+        if c.cuda_graphs:
+            self._act_fn = CapturedStep(self._act_fn, self.device)
+            self._update_fn = CapturedStep(self._update_fn, self.device)
 
     def epsilon(self, budget_used: float) -> float:
         c = self.config
@@ -148,13 +176,21 @@ class DQN:
         finished = torch.stack([done for _, done in steps]).cpu()
         return scores[finished]  # the one host read per iteration
 
+    def _act_exploring(self, obs: torch.Tensor) -> torch.Tensor:
+        """``act`` with this iteration's epsilon, read from the device (``self._epsilon``)."""
+        greedy = self.model(obs).argmax(-1)
+        explore = torch.rand(obs.shape[0], device=obs.device) < self._epsilon
+        return torch.where(explore, torch.randint_like(greedy, 3), greedy)
+
     def act_and_learn(self, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One vector step: act, step the env, store the transitions, learn when due. No host read.
 
         Returns the finished games' scores and which games finished, on the device.
         """
         c = self.config
-        action = self.act(self.obs, epsilon)
+        self._epsilon.fill_(epsilon)
+        with torch.no_grad():
+            action = self._act_fn(self.obs)
         obs, reward, terminated, truncated, info = self.env.step(action)
         done = (terminated | truncated).view(-1, *[1] * (obs.dim() - 1))
         # A finished game's next observation is its real last one, not the restarted game's.
@@ -171,25 +207,34 @@ class DQN:
     def _learn(self):
         c = self.config
         batch = self.buffer.sample(c.batch_size)
+        weights = batch["weights"] if self.prioritized else self._ones
+        td_error = self._update_fn(batch["obs"], batch["actions"], batch["rewards"], batch["next_obs"],
+                                   batch["terminated"], weights)
+        if self.prioritized:
+            self.buffer.update_priorities(batch["indices"], td_error + PRIORITY_EPS)
+        self.updates += 1
+        if self.updates % c.target_update_every == 0:
+            self.target.load_state_dict(self.model.state_dict())
+
+    def _td_update(self, obs, actions, rewards, next_obs, terminated, weights) -> torch.Tensor:
+        """One Double-DQN step on a batch, its Huber losses weighted by ``weights``; returns ``|TD error|``.
+
+        Uniform weights of 1 give exactly the plain mean loss; a prioritized buffer's importance
+        weights correct for its skewed sampling.
+        """
+        c = self.config
         with torch.no_grad():
             # Double DQN: the online network picks the next action, the target network rates it.
-            next_action = self.model(batch["next_obs"]).argmax(-1, keepdim=True)
-            next_q = self.target(batch["next_obs"]).gather(1, next_action).squeeze(1)
-            target = batch["rewards"] + c.gamma * (1.0 - batch["terminated"]) * next_q
-        q = self.model(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)
-        if self.prioritized:
-            losses = nn.functional.smooth_l1_loss(q, target, reduction="none")
-            loss = (batch["weights"] * losses).mean()
-            self.buffer.update_priorities(batch["indices"], (q.detach() - target).abs() + PRIORITY_EPS)
-        else:
-            loss = nn.functional.smooth_l1_loss(q, target)
+            next_action = self.model(next_obs).argmax(-1, keepdim=True)
+            next_q = self.target(next_obs).gather(1, next_action).squeeze(1)
+            target = rewards + c.gamma * (1.0 - terminated) * next_q
+        q = self.model(obs).gather(1, actions[:, None]).squeeze(1)
+        loss = (weights * nn.functional.smooth_l1_loss(q, target, reduction="none")).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
         self.optimizer.step()
-        self.updates += 1
-        if self.updates % c.target_update_every == 0:
-            self.target.load_state_dict(self.model.state_dict())
+        return (q.detach() - target).abs()
 
     def state_dict(self) -> dict:
         return {

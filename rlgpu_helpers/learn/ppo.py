@@ -47,7 +47,7 @@ from ..core.checks import check_bool, check_choice, check_int, check_number, che
 from ..core.device import get_device
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
 from ..gpu.graphs import CapturedStep, graph_safe_adam, set_learning_rate
-from ..gpu.precision import check_precision, precision_context
+from ..gpu.precision import check_precision, fp32_matmul_precision, precision_context
 from ..snake import rules
 from ..snake.vec import VecSnake
 from .nets import ActorCritic
@@ -240,8 +240,9 @@ class PPO:
         c = self.config
         if c.anneal_lr:
             set_learning_rate(self.optimizer, c.learning_rate * max(1.0 - budget_used, 0.0))
-        self._collect()
-        self._update()
+        with self._matmul_precision():
+            self._collect()
+            self._update()
         self.env_steps += c.num_steps * c.num_envs
         self.iterations += 1
         return self.scores.cpu()[self.finished.cpu()]  # the one host read per iteration
@@ -292,6 +293,12 @@ class PPO:
             logits = self.model.logits(obs).float()
         action = sample_actions(logits)
         return action, torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
+
+    def _matmul_precision(self):
+        """The TF32 setting of ``config.precision`` around a whole iteration, where compiled code cannot make it."""
+        if self.config.precision == "fp32" or self.device.type != "cuda":
+            return contextlib.nullcontext()
+        return fp32_matmul_precision(self.config.precision == "tf32")
 
     def _forward(self):
         """The context of every forward pass: ``config.precision``'s autocast and TF32 setting, only around it.

@@ -105,6 +105,34 @@ def _feature_table() -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float32)
 
 
+def flood_fill(reach: torch.Tensor, free: torch.Tensor, rounds: int, pitch: int) -> torch.Tensor:
+    """Grow ``reach`` over the ``free`` cells for ``rounds`` rounds, one cell in the 4 directions each.
+
+    Both are uint8 0/1 masks over flattened bordered grids of row pitch ``pitch`` (``free``
+    broadcasts against ``reach``): a neighbour is a shift by 1 or by ``pitch``, and the walls,
+    never free, stop the fill at the borders. Returns a new tensor.
+    """
+    for _ in range(rounds):
+        grown = reach.clone()
+        grown[..., 1:].bitwise_or_(reach[..., :-1])
+        grown[..., :-1].bitwise_or_(reach[..., 1:])
+        grown[..., pitch:].bitwise_or_(reach[..., :-pitch])
+        grown[..., :-pitch].bitwise_or_(reach[..., pitch:])
+        reach = grown.bitwise_and_(free)
+    return reach.clone() if rounds == 0 else reach
+
+
+@torch.library.custom_op("rlgpu_helpers::flood_fill", mutates_args=())
+def _opaque_flood_fill(reach: torch.Tensor, free: torch.Tensor, rounds: int, pitch: int) -> torch.Tensor:
+    """``flood_fill`` as an operator ``torch.compile`` calls but does not look into (see ``_space_shares``)."""
+    return flood_fill(reach, free, rounds, pitch)
+
+
+@_opaque_flood_fill.register_fake
+def _(reach, free, rounds, pitch):
+    return torch.empty_like(reach)
+
+
 def check_action_tensor(actions, num_envs: int, device: torch.device) -> None:
     """Refuse actions that are not an integer tensor of shape ``(num_envs,)`` on ``device``.
 
@@ -451,13 +479,12 @@ class VecSnake(VectorEnv):
         ahead = self._head[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3) cells
         reach = torch.zeros(N, rules.NUM_ACTIONS, stamps.shape[1], dtype=torch.uint8, device=self.device)
         reach.scatter_(2, ahead[:, :, None].to(torch.int64), 1).bitwise_and_(free)
-        for _ in range(rules.reach_moves(self.height, self.width)):
-            grown = reach.clone()
-            grown[..., 1:].bitwise_or_(reach[..., :-1])
-            grown[..., :-1].bitwise_or_(reach[..., 1:])
-            grown[..., P:].bitwise_or_(reach[..., :-P])
-            grown[..., :-P].bitwise_or_(reach[..., P:])
-            reach = grown.bitwise_and_(free)
+        # Fused into the compiled step, Inductor's CPU code for these rounds took 84 ms a step of 512
+        # games against eager's 1.3 (2-core EPYC, torch 2.13): compiled on a CPU, the fill is an
+        # operator the compiler leaves alone. On a GPU the compiler gets it (the GPU sweep measures).
+        opaque = torch.compiler.is_compiling() and self.device.type == "cpu"
+        fill = _opaque_flood_fill if opaque else flood_fill
+        reach = fill(reach, free, rules.reach_moves(self.height, self.width), P)
         reached = reach.sum(2, dtype=torch.int32).to(torch.float32)
         return reached / (self._cells - self._length + 1).to(torch.float32)[:, None]
 
