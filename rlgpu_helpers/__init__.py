@@ -24,7 +24,7 @@ each lesson's helpers live:
 09    compile_and_graphs          gpu.graphs, bench.graphs
 10    multi_gpu                   gpu.distributed, bench.ddp
 11    capstone                    learn.ppo, learn.dqn, learn.training, learn.checkpoint,
-                                  learn.agents, bench.time_to_score
+                                  learn.agents, bench.time_to_score, bench.capstone
 ====  ==========================  ==========================================================
 
 The command line (``python -m rlgpu_helpers bench | train | play``) is in ``cli``; its

@@ -29,6 +29,7 @@ from pathlib import Path
 from .bench.records import save_json, save_reference
 from .bench.report import records_table
 from .bench.suites import SUITES
+from .bench.time_to_score import CAPSTONE_OBS
 from .core.checks import SEED_LIMIT, check_seed
 from .core.config import is_quick
 from .core.device import describe_device, device_report, get_device, machine_label
@@ -135,6 +136,12 @@ def run_train(args: argparse.Namespace) -> int:
     from .learn.checkpoint import CheckpointError
     from .learn.training import make_learner, train
 
+    if args.choose:
+        if args.resume or args.nproc > 1 or args.algo == "dqn":
+            raise UsageError("--choose chooses a new PPO run's settings in one process: leave out "
+                             + ("--resume" if args.resume else "--nproc" if args.nproc > 1 else "--algo dqn"))
+        if args.seconds is None and args.steps is not None:
+            raise UsageError("--choose chooses for a time budget: give --seconds, not only --steps")
     if args.nproc > 1:
         return _run_data_parallel(args)
     if args.seconds is None and args.steps is None:
@@ -148,7 +155,7 @@ def run_train(args: argparse.Namespace) -> int:
                              f"leave out {', '.join(given)} (--device moves it to another device)")
     for name, default in _LEARNER_OPTIONS.items():
         if getattr(args, name) is None:
-            setattr(args, name, default)
+            setattr(args, name, CAPSTONE_OBS if name == "obs" and args.choose else default)
     out = args.out
     if out is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -159,7 +166,12 @@ def run_train(args: argparse.Namespace) -> int:
         from .learn.ppo import suggested_settings
 
         settings = suggested_settings(device) if args.algo == "ppo" else {}
-        settings.update(obs_type=args.obs, seed=args.seed, device=str(device), height=args.size, width=args.size)
+        settings.update(obs_type=args.obs, height=args.size, width=args.size)
+        if args.choose:
+            from .bench.capstone import capstone_settings
+
+            settings = dict(capstone_settings(device, budget_s=args.seconds, start=settings).settings)
+        settings.update(seed=args.seed, device=str(device))
         if args.envs is not None:
             settings["num_envs"] = args.envs
         settings.update(_typed_settings(args.algo, args.set))
@@ -249,7 +261,8 @@ def add_train(subparsers) -> None:
                     "checkpointing to --out every --checkpoint-every seconds and at the end.")
     parser.add_argument("--algo", choices=["ppo", "dqn"], default=None, help="learner (default: ppo)")
     parser.add_argument("--obs", choices=list(rules.OBS_TYPES), default=None,
-                        help="observation type (default: features; features_reach learns fastest, notebook 11)")
+                        help="observation type (default: features, or features_reach with --choose; features_reach "
+                             "learns fastest, notebook 11)")
     parser.add_argument("--size", type=_positive(int), default=None, help="grid height and width (default: 10)")
     parser.add_argument("--envs", type=_positive(int), default=None, help="games stepped together")
     parser.add_argument("--device", type=_device_argument, default=None,
@@ -268,6 +281,10 @@ def add_train(subparsers) -> None:
                         help="seconds between checkpoints (default: %(default)s)")
     parser.add_argument("--agent", default=None, metavar="PATH", help="also save the trained agent (network only)")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the learning curve and summary")
+    parser.add_argument("--choose", action="store_true",
+                        help="PPO: first measure and choose the number of games, the precision and compile / "
+                             "CUDA graphs for this device and --seconds (notebook 11; a minute or two), and the "
+                             "features_reach observation unless --obs says otherwise")
     parser.add_argument("--nproc", type=_positive(int), default=1,
                         help="data-parallel PPO on this many processes, started by torchrun: gloo on CPUs, "
                              "one GPU each with NCCL (notebook 10; default: %(default)s, no torchrun)")

@@ -45,6 +45,9 @@ def test_train_then_play(tmp_path, capsys):
         (["train", "--resume", "--out", "runs/x", "--obs", "grid", "--set", "gamma=0.9"],
          "leave out --obs, --set (--device moves it to another device)"),
         (["train", "--set", "anneal_lr=maybe", "--steps", "1"], "--set anneal_lr='maybe': expected a bool"),
+        (["train", "--choose", "--steps", "100"], "--choose chooses for a time budget: give --seconds"),
+        (["train", "--choose", "--algo", "dqn"], "leave out --algo dqn"),
+        (["train", "--choose", "--resume", "--out", "runs/x"], "leave out --resume"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
@@ -76,3 +79,22 @@ def test_resume_of_a_folder_without_checkpoint_is_a_clean_error(tmp_path):
     result = subprocess.run([sys.executable, "-m", "rlgpu_helpers", "train", "--resume", "--out", str(tmp_path),
                              "--steps", "10"], capture_output=True, text=True)
     assert result.returncode == 2 and "no checkpoint at" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_choose_measures_the_settings_first_and_the_command_line_still_wins(tmp_path, capsys, monkeypatch):
+    from rlgpu_helpers.bench import capstone
+
+    seen = {}
+
+    def fake_choice(device, *, budget_s, start):
+        seen.update(budget_s=budget_s, start=dict(start))
+        chosen = {**start, "num_envs": 16, "num_steps": 4, "hidden": 8}
+        return capstone.CapstoneSettings("cpu", start, chosen, ())
+
+    monkeypatch.setattr(capstone, "capstone_settings", fake_choice)
+    out = tmp_path / "run"
+    assert main(["train", "--choose", "--seconds", "1", "--size", "6", "--set", "hidden=4", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    assert seen["budget_s"] == 1.0 and seen["start"]["obs_type"] == "features_reach" and seen["start"]["height"] == 6
+    config = load_agent(out).config
+    assert config["num_envs"] == 16 and config["hidden"] == 4 and config["obs_type"] == "features_reach"

@@ -13,7 +13,8 @@ the CPU (``loop``) the file of this machine's CPU. Each call also appends an ent
 versions), the date, how long each step took and how it ended. Commit the files it wrote.
 
 A later lesson adds its suite to ``SUITES`` and to a call here (a test checks that every suite
-is in exactly one call).
+is in a call, and a suite split over several calls runs a different part in each). Calls 10 to
+12 use the settings call 9 chose: run them after it, with call 9's files in place.
 """
 
 from __future__ import annotations
@@ -87,8 +88,14 @@ CALLS = (
          (Step("suite", "graphs"),)),
     Call("notebook 10: data-parallel PPO by processes, on the CPU's cores (gloo) and one GPU (NCCL)", 3.0,
          (Step("suite", "ddp"),)),
-    Call("time to a mean score: PPO on the GPU, three seeds of 120 s", 7.0,
+    Call("notebook 11: the capstone's settings chosen on the GPU (games, precision, compile and graphs)", 5.0,
+         (Step("suite", "capstone", {"parts": ("choice",)}),)),
+    Call("time to a mean score: PPO on the GPU with the settings of call 9, three seeds of 120 s", 7.0,
          (Step("suite", "training", {"setups": ("ours",), "seeds": (0, 1, 2), "budget_s": 120.0}),)),
+    Call("notebook 11's ablation on the GPU: the settings of call 9, fewer games, the CPU, the starting games",
+         7.0, (Step("suite", "capstone", {"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}),)),
+    Call("notebook 11's ablation on the GPU: fp32, eager, and the 11 features instead of the chosen ones", 6.0,
+         (Step("suite", "capstone", {"parts": ("ablation",), "arms": ("08", "09", "11")}),)),
 )
 
 

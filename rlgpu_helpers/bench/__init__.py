@@ -22,4 +22,5 @@ The suites, each measuring what its lesson teaches:
 - ``graphs``: time per step eager, compiled and graph-captured, by part of the iteration and N (09);
 - ``ddp``: env steps/s and time per update by number of processes (10);
 - ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11).
+- ``capstone``: the capstone's settings chosen by the helpers, and each lesson switched off (11).
 """

@@ -16,6 +16,7 @@ import torch
 
 from .accumulation import measure_accumulation
 from .batch_size import measure_batch_size
+from .capstone import measure_capstone
 from .ceilings import measure_ceilings
 from .ddp import measure_ddp
 from .envs import measure_env_throughput, measure_sync_costs
@@ -52,4 +53,5 @@ SUITES = {
     "graphs": Suite(measure_graphs, "09: time per step eager, compiled and graph-captured, by part and N"),
     "ddp": Suite(measure_ddp, "10: PPO's env steps/s and time per update by processes (torchrun, DDP)"),
     "training": Suite(measure_training, "11: time to a mean score, PPO against the baselines"),
+    "capstone": Suite(measure_capstone, "11: the capstone's settings chosen by the helpers, and each lesson switched off"),
 }

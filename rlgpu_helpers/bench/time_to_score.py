@@ -47,11 +47,16 @@ class Curve:
     env_steps: int
     points: list[dict]
     details: dict = dataclasses.field(default_factory=dict)
-    """How the setup ran, when it is not fixed (SB3: ``num_envs`` and ``vec_env``; ours: ``obs_type``)."""
+    """How the setup ran, when it is not fixed (SB3: ``num_envs`` and ``vec_env``; ours: the settings
+    the capstone chooses, ``obs_type`` first)."""
+    name: str | None = None
+    """A label of its own (an ablation's arm), instead of the setup's."""
 
     @property
     def label(self) -> str:
         """The setup's name, with its details: "stable-baselines3 PPO (...), 2 envs in DummyVecEnv"."""
+        if self.name is not None:
+            return self.name
         if "vec_env" in self.details:
             return f"{SETUPS[self.setup]}, {self.details['num_envs']} envs in {self.details['vec_env']}"
         if "obs_type" in self.details:
@@ -97,7 +102,10 @@ def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool 
 
     learner = make_learner("ppo", seed=seed, device=str(device), **settings)
     result = train(learner, seconds=seconds, progress=progress)
-    return Curve("ours", result.seconds, result.env_steps, result.curve, {"obs_type": learner.config.obs_type})
+    config = learner.config
+    details = {"obs_type": config.obs_type, "num_envs": config.num_envs, "precision": config.precision,
+               "compile": config.compile, "cuda_graphs": config.cuda_graphs}
+    return Curve("ours", result.seconds, result.env_steps, result.curve, details)
 
 
 def _snake_env(height, width, obs_type):
@@ -210,20 +218,23 @@ def run_naive(seconds: float, seed: int = 0, segment_s: float = 1.0) -> Curve:
 
 
 def curve_records(curve: Curve, machine: str, budget_s: float, seed: int,
-                  thresholds=(5, 10, 20, 30)) -> list[Record]:
-    """Steps/s, final mean score, and the seconds and env steps to each score, as records."""
+                  thresholds=(5, 10, 20, 30, 40, 60), name: str = "training", variant: str | None = None) -> list[Record]:
+    """Steps/s, final mean score, and the seconds and env steps to each score, as records.
+
+    ``name`` and ``variant`` (default: the setup's description) say which suite and run they are.
+    """
     params = {"budget_s": budget_s, "seed": seed, **curve.details}
-    variant = SETUPS[curve.setup]
-    records = [Record("training", variant, "throughput", curve.steps_per_second, "steps/s", params, None, machine)]
+    variant = SETUPS[curve.setup] if variant is None else variant
+    records = [Record(name, variant, "throughput", curve.steps_per_second, "steps/s", params, None, machine)]
     if curve.final_mean_score is not None:
-        records.append(Record("training", variant, "final mean score", curve.final_mean_score, "food",
+        records.append(Record(name, variant, "final mean score", curve.final_mean_score, "food",
                               params, None, machine))
     for score in thresholds:
         when = curve.seconds_to_score(score)
         if when is not None:
-            records.append(Record("training", variant, f"seconds to mean score {score}", when, "s",
+            records.append(Record(name, variant, f"seconds to mean score {score}", when, "s",
                                   params, None, machine))
-            records.append(Record("training", variant, f"env steps to mean score {score}",
+            records.append(Record(name, variant, f"env steps to mean score {score}",
                                   curve.steps_to_score(score), "steps", params, None, machine))
     return records
 
@@ -335,9 +346,13 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
     """The ``bench training`` suite: every setup for the same budget (ours over several seeds).
 
     Full size: ``budget_s`` 300 s per run, our PPO with ``seeds`` 0, 1, 2, the other ``setups``
-    with seed 0 (25 minutes). stable-baselines3 is skipped, with a printed note, where it is not
-    installed. ``tools/gpu_sweep.py`` runs only ``setups=("ours",)`` on a GPU.
+    with seed 0 (25 minutes). Our PPO trains with the capstone's settings for this machine: the
+    ones on file (``bench capstone``), or else chosen now (``bench.capstone.capstone_settings``).
+    stable-baselines3 is skipped, with a printed note, where it is not installed.
+    ``tools/gpu_sweep.py`` runs only ``setups=("ours",)`` on a GPU.
     """
+    from .capstone import capstone_settings, chosen_on_file
+
     from tqdm.auto import tqdm
 
     from ..core.config import pick
@@ -351,10 +366,13 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
     if ("sb3", 0) in runs and not sb3_available():
         print("stable-baselines3 is not installed: skipping it (pip install -e \".[compare]\")")
         runs.remove(("sb3", 0))
+    settings = None
+    if "ours" in setups:
+        settings = chosen_on_file(device) or capstone_settings(device, budget_s=budget, verbose=progress).settings
     records = []
     for setup, seed in tqdm(runs, desc="training runs", disable=not progress):
         if setup == "ours":
-            curve = run_ours(budget, seed=seed, device=device, **ours_settings(device))
+            curve = run_ours(budget, seed=seed, device=device, **settings)
         elif setup == "sb3":
             curve = run_sb3(budget, seed=seed)
         else:

@@ -216,6 +216,8 @@ SETTINGS = {"eager": {"compile": False, "cuda_graphs": False},
             "CUDA graphs": {"compile": False, "cuda_graphs": True},
             "compiled + CUDA graphs": {"compile": True, "cuda_graphs": True}}
 """The launch settings of ``PPOConfig`` that :func:`fastest_settings` compares, by name."""
+STARTUP = {"compiled": "compile", "CUDA graphs": "capture", "compiled + CUDA graphs": "compile and capture"}
+"""What each setting pays once, before its first fast iteration."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +225,9 @@ class LaunchSettings:
     """The ``PPOConfig`` launch settings to use on a device, why, and what was measured.
 
     ``seconds`` holds, per setting name (:data:`SETTINGS`), the median seconds of one PPO
-    iteration and its interquartile range, after the compile or capture.
+    iteration and its interquartile range, after the compile or capture; ``startup`` the
+    seconds the compile or capture added to the first iterations; ``budget_s`` the training
+    budget the choice was made for (None: steady-state speed only).
     """
 
     device_type: str
@@ -231,6 +235,13 @@ class LaunchSettings:
     cuda_graphs: bool
     seconds: dict
     reasons: tuple[str, ...]
+    startup: dict = dataclasses.field(default_factory=dict)
+    budget_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The chosen setting's name in :data:`SETTINGS`."""
+        return next(name for name, s in SETTINGS.items() if s == self.settings)
 
     @property
     def settings(self) -> dict:
@@ -238,47 +249,68 @@ class LaunchSettings:
         return {"compile": self.compile, "cuda_graphs": self.cuda_graphs}
 
     def __str__(self) -> str:
-        chosen = [name for name, s in SETTINGS.items() if s == self.settings][0]
-        return "\n".join([f"Launch settings on {self.device_type}: {chosen} {self.settings}, because"]
+        return "\n".join([f"Launch settings on {self.device_type}: {self.name} {self.settings}, because"]
                          + [f"  - {reason}" for reason in self.reasons])
 
 
-def choose_settings(device_type: str, seconds: dict) -> LaunchSettings:
+def choose_settings(device_type: str, seconds: dict, startup: dict | None = None,
+                    budget_s: float | None = None) -> LaunchSettings:
     """The fastest of the measured settings, kept only if it beats eager beyond both spreads.
 
     ``seconds``: per setting name, ``(median, iqr)`` of one iteration; must include ``"eager"``.
+    ``startup``: per setting name, the seconds its compile or capture cost once. With a
+    ``budget_s``, a setting must also make more iterations than eager within the budget once
+    that cost is paid, even at the slow end of both spreads: a compile of 10 s does not pay
+    in a 5-second run.
     """
     if "eager" not in seconds:
         raise ValueError(f"seconds={seconds!r} must include 'eager'")
     for name in seconds:
         check_choice("setting", name, tuple(SETTINGS))
+    startup = dict(startup or {})
+    if budget_s is not None:
+        check_number("budget_s", budget_s, above=0)
     base, base_iqr = seconds["eager"]
     reasons = [f"eager: {base * 1e3:.3g} ms per iteration"]
     best = "eager"
     for name, (median, iqr) in seconds.items():
         if name == "eager":
             continue
-        speedup = base / median
+        cost = startup.get(name, 0.0)
         beyond = median + iqr < base - base_iqr
-        reasons.append(f"{name}: {median * 1e3:.3g} ms, {speedup:.2f}x eager's speed"
-                       + ("" if beyond else " (not beyond the noise)"))
+        reason = f"{name}: {median * 1e3:.3g} ms, {base / median:.2f}x eager's speed"
+        if name in startup:
+            reason += f"; its {STARTUP[name]} took {cost:.3g} s"
+            if median < base:
+                reason += f", paid back after {cost / (1 - median / base):.3g} s of training"
+        if not beyond:
+            reason += " (not beyond the noise)"
+        elif budget_s is not None and (budget_s - cost) / (median + iqr) <= budget_s / (base - base_iqr):
+            beyond = False
+            reason += f" (fewer iterations than eager within the {budget_s:.3g} s budget)"
+        reasons.append(reason)
         if beyond and median < seconds[best][0]:
             best = name
     if device_type != "cuda":
         reasons.append("CUDA graphs need a CUDA GPU: not tried here")
-    reasons.append(f"chosen: {best}, the fastest beyond the noise" if best != "eager"
-                   else "chosen: eager, nothing was faster beyond the noise")
-    return LaunchSettings(device_type, **SETTINGS[best], seconds=dict(seconds), reasons=tuple(reasons))
+    within = "" if budget_s is None else f" within {budget_s:.3g} s"
+    reasons.append(f"chosen: {best}, the fastest{within} beyond the noise" if best != "eager"
+                   else f"chosen: eager, nothing was faster{within} beyond the noise")
+    return LaunchSettings(device_type, **SETTINGS[best], seconds=dict(seconds), reasons=tuple(reasons),
+                          startup=startup, budget_s=budget_s)
 
 
 def fastest_settings(device: str | torch.device | None = None, *, iterations: int = 3,
-                     settings: Sequence[str] | None = None, verbose: bool = True, **config) -> LaunchSettings:
+                     settings: Sequence[str] | None = None, budget_s: float | None = None,
+                     verbose: bool = True, **config) -> LaunchSettings:
     """Time PPO iterations with each launch setting on ``device`` and return the fastest, with reasons.
 
     ``config``: other ``PPOConfig`` fields (the network and sizes matter: compiling pays off
-    where launches dominate). Each setting builds a fresh learner, runs two iterations (the
-    compile or capture happens there, and is not counted), then times ``iterations`` more.
-    ``settings``: names from :data:`SETTINGS` (default: every one the device can run).
+    where launches dominate). Each setting builds a fresh learner and runs two iterations (the
+    compile or capture happens there: their time beyond two ordinary iterations is its
+    ``startup``), then times ``iterations`` more. ``settings``: names from :data:`SETTINGS`
+    (default: every one the device can run). ``budget_s``: choose for a run this long
+    (:func:`choose_settings`).
     """
     from ..bench.timing import time_callable
     from ..learn.ppo import PPO, PPOConfig
@@ -288,14 +320,17 @@ def fastest_settings(device: str | torch.device | None = None, *, iterations: in
     if settings is None:
         settings = [name for name, s in SETTINGS.items() if device.type == "cuda" or not s["cuda_graphs"]]
     settings = ["eager", *[name for name in settings if name != "eager"]]
-    seconds = {}
+    seconds, startup = {}, {}
     for name in settings:
         check_choice("settings", name, tuple(SETTINGS))
         learner = PPO(PPOConfig(**{**config, **SETTINGS[name], "device": str(device)}))
-        timing = time_callable(learner.iterate, warmup=2, repeats=iterations, device=device)
+        first = time_callable(lambda step=learner.iterate: (step(), step()), warmup=0, repeats=1, device=device)
+        timing = time_callable(learner.iterate, warmup=0, repeats=iterations, device=device)
         seconds[name] = (timing.median, timing.iqr)
+        if name != "eager":
+            startup[name] = max(0.0, first.median - 2 * timing.median)
         del learner
-    chosen = choose_settings(device.type, seconds)
+    chosen = choose_settings(device.type, seconds, startup, budget_s)
     if verbose:
         print(chosen)
     return chosen

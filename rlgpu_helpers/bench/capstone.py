@@ -1,0 +1,407 @@
+"""The capstone's settings, chosen by the course's helpers, and what each lesson contributed (notebook 11).
+
+:func:`capstone_settings` starts from ``ours_settings(device)`` and asks the helpers of three
+lessons, in order, each measuring on the device:
+
+* notebook 06, **the batch**: a short run at each number of games (:func:`choose_num_envs`),
+  judged by the score it learned, not by steps/s: more games per rollout make more steps/s
+  but fewer updates each second, and past a point they slow the learning;
+* notebook 08, **the precision**: ``gpu.precision.precision_policy`` at the update's minibatch
+  size and network width. PPO takes no ``GradScaler``, so a policy of fp16 (a T4) trains in fp32;
+* notebook 09, **the launches**: ``gpu.graphs.fastest_settings`` for the training budget, the
+  compile or capture included: a compile that costs more than it saves within the budget loses.
+
+The rollout storage (notebook 05's buffer) is a tensor on the device in every setting: there is
+nothing to choose.
+
+:func:`ablation_arms` lists the runs of the ablation: the chosen settings, and for each lesson
+the same settings with that lesson switched off, wherever that changes something on this device
+(a lesson with nothing to switch off here says why). :func:`run_arms` trains each for the same
+budget and seed; :func:`ablation_table` sets them side by side.
+
+``python -m rlgpu_helpers bench capstone`` runs both as a suite (:func:`measure_capstone`); the
+settings it chose go on file, where ``bench training`` and the GPU sweep find them
+(:func:`chosen_on_file`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..core.checks import check_choices, check_ints, check_number
+from ..core.config import pick
+from ..core.device import device_report, get_device, machine_label
+from ..gpu.memory import OUT_OF_MEMORY, release_memory
+from .records import Record, check_records
+from .report import Table, format_number
+from .time_to_score import Curve, curve_records, ours_settings, run_ours
+
+FEW_GAMES = 8
+"""The games of the ablation's arm with notebook 03 switched off: a handful stepped together, as a
+single-env loop per core would."""
+
+BASELINE = "all lessons"
+"""The name of the ablation's arm with every lesson on: the chosen settings."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """One lesson's choice: the ``PPOConfig`` fields it set and why, in measured words."""
+
+    lesson: str
+    settings: dict
+    reasons: tuple[str, ...]
+    figures: dict = dataclasses.field(default_factory=dict)
+    """What was measured, by option: the batch's ``(average score, steps/s)`` per number of games; the
+    launches' ``(median seconds per iteration, IQR, startup seconds)`` per setting."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CapstoneSettings:
+    """The capstone's ``PPOConfig`` settings on a device (``settings``) and the choices that made them."""
+
+    device_type: str
+    start: dict
+    """Where the choices started: ``ours_settings(device)``."""
+    settings: dict
+    choices: tuple[Choice, ...]
+
+    def __str__(self) -> str:
+        lines = [f"Capstone settings on {self.device_type}:"]
+        for choice in self.choices:
+            chosen = ", ".join(f"{key}={value!r}" for key, value in choice.settings.items())
+            lines.append(f"{choice.lesson}: {chosen}, because")
+            lines += [f"  - {reason}" for reason in choice.reasons]
+        return "\n".join(lines)
+
+
+def default_num_envs(device: str | torch.device | None = None) -> tuple[int, ...]:
+    """The numbers of games :func:`choose_num_envs` tries: around the starting point, by powers of two."""
+    device = get_device(device, param="device")
+    if device.type == "cuda":
+        return pick(full=(2048, 4096, 8192, 16384, 32768), quick=(256, 512))
+    return pick(full=(128, 256, 512, 1024), quick=(32, 64))
+
+
+def average_score(curve: Curve) -> float:
+    """The curve's mean score averaged over its wall-clock time (0 before any game ended).
+
+    It rewards learning soon as well as learning far: the area under the curve over its length.
+    """
+    points = [(p["seconds"], p["mean_score"] or 0.0) for p in curve.points]
+    if not points or curve.seconds <= 0:
+        return 0.0
+    area = sum(score * (t_next - t) for (t, score), (t_next, _) in zip(points, points[1:]))
+    last_t, last_score = points[-1]
+    return (area + last_score * max(curve.seconds - last_t, 0.0)) / curve.seconds
+
+
+def choose_num_envs(settings: dict, device: str | torch.device | None = None, *, num_envs=None,
+                    trial_s: float | None = None, seed: int = 0) -> Choice:
+    """Notebook 06's choice for PPO, judged by learning: the number of games that learns best in a short run.
+
+    Each number of games in ``num_envs`` (default: :func:`default_num_envs`) trains ``settings``
+    for ``trial_s`` seconds; the one with the highest :func:`average_score` wins. Steps/s
+    alone would pick the most games: past a point, more games per rollout mean fewer updates per
+    second, and the time to a score grows. A number that runs out of memory ends the search.
+    """
+    device = get_device(device, param="device")
+    candidates = sorted(check_ints("num_envs", default_num_envs(device) if num_envs is None else num_envs, minimum=1))
+    trial_s = check_number("trial_s", pick(full=20.0, quick=1.0) if trial_s is None else trial_s, above=0)
+    curves, reasons = {}, []
+    for n in candidates:
+        failed = False
+        try:
+            curves[n] = run_ours(trial_s, seed=seed, device=device, **{**settings, "num_envs": n})
+        except OUT_OF_MEMORY:
+            failed = True
+        if failed:
+            release_memory(device)
+            reasons.append(f"{n:,} games did not fit in the device's memory: larger numbers not tried")
+            break
+    if not curves:
+        raise RuntimeError(f"not even {candidates[0]:,} games fit in the memory of {device}")
+    scores = {n: average_score(curve) for n, curve in curves.items()}
+    chosen = max(scores, key=scores.get)
+    fastest = max(curves, key=lambda n: curves[n].steps_per_second)
+    reasons.insert(0, f"each number of games trained for {format_number(trial_s)} s: "
+                   + "; ".join(f"{n:,} games averaged a score of {format_number(scores[n])} at "
+                               f"{format_number(curves[n].steps_per_second)} steps/s" for n in curves))
+    reasons.append(f"{chosen:,} games learned best" + (f" (steps/s alone would pick {fastest:,})"
+                                                        if fastest != chosen else ", and fastest"))
+    figures = {n: (scores[n], curves[n].steps_per_second) for n in curves}
+    return Choice("06 batch size", {"num_envs": chosen}, tuple(reasons), figures)
+
+
+def choose_precision(settings: dict, device: str | torch.device | None = None) -> Choice:
+    """Notebook 08's choice: ``precision_policy`` at the update's minibatch and width, as PPO can take it."""
+    from ..gpu.precision import precision_policy
+    from ..learn.ppo import PPOConfig
+
+    config = PPOConfig(**{**settings, "device": str(get_device(device, param="device"))})
+    minibatch = config.num_envs * config.num_steps // config.num_minibatches
+    policy = precision_policy(device, hidden=config.hidden, batch_size=minibatch, verbose=False)
+    reasons = list(policy.reasons)
+    if any("autocast measured" in reason for reason in reasons):
+        reasons.append(f"measured on the update's shape: {config.hidden} wide, {minibatch:,} per minibatch")
+    precision = policy.precision
+    if precision == "fp16":
+        precision = "fp32"
+        reasons.append("fp16 needs a GradScaler in the update, which PPO does not take: fp32")
+    return Choice("08 precision", {"precision": precision}, tuple(reasons))
+
+
+def choose_launches(settings: dict, device: str | torch.device | None = None, *, budget_s: float,
+                    iterations: int | None = None) -> Choice:
+    """Notebook 09's choice: ``fastest_settings`` for a run of ``budget_s``, compile and capture included."""
+    from ..gpu.graphs import fastest_settings
+
+    iterations = pick(full=3, quick=1) if iterations is None else iterations
+    launch = fastest_settings(device, iterations=iterations, budget_s=budget_s, verbose=False, **settings)
+    figures = {name: (median, iqr, launch.startup.get(name, 0.0)) for name, (median, iqr) in launch.seconds.items()}
+    return Choice("09 compile and CUDA graphs", launch.settings, launch.reasons, figures)
+
+
+def capstone_settings(device: str | torch.device | None = None, *, budget_s: float, start: dict | None = None,
+                      num_envs=None, trial_s: float | None = None, verbose: bool = True) -> CapstoneSettings:
+    """The fastest settings the device supports for a run of ``budget_s``: batch, precision, launches.
+
+    Each choice is measured with the ones before it applied (see the module docstring), starting
+    from ``ours_settings(device)`` updated with ``start`` (another observation or grid size, say).
+    ``num_envs`` and ``trial_s``: the numbers of games to try and how long (:func:`choose_num_envs`).
+    """
+    device = get_device(device, param="device")
+    budget_s = check_number("budget_s", budget_s, above=0)
+    start = {**ours_settings(device), **(start or {})}
+    settings, choices = dict(start), []
+    for choose in (lambda s: choose_num_envs(s, device, num_envs=num_envs, trial_s=trial_s),
+                   lambda s: choose_precision(s, device),
+                   lambda s: choose_launches(s, device, budget_s=budget_s)):
+        choice = choose(settings)
+        settings.update(choice.settings)
+        choices.append(choice)
+    chosen = CapstoneSettings(device.type, start, settings, tuple(choices))
+    if verbose:
+        print(chosen)
+    return chosen
+
+
+# ---------------------------------------------------------------------------- the ablation
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One run of the ablation: a lesson switched off (``settings`` is None where nothing can be)."""
+
+    lesson: str
+    change: str
+    """What switching the lesson off means here, or why there is nothing to switch off."""
+    settings: dict | None
+    device: str | None = None
+    """Where this arm trains, when not on the chosen device (notebook 04 switched off)."""
+
+
+def ablation_arms(chosen: CapstoneSettings, device: str | torch.device | None = None) -> list[Arm]:
+    """The chosen settings, then each lesson of notebooks 03-11 switched off, in course order."""
+    from ..learn.ppo import PPOConfig
+
+    device = get_device(device, param="device")
+    best = chosen.settings
+    on_gpu = device.type == "cuda"
+
+    def off(lesson, change, **changes):
+        return Arm(lesson, change, {**best, **changes})
+
+    def nothing(lesson, why):
+        return Arm(lesson, why, None)
+
+    arms = [Arm(BASELINE, "the chosen settings", dict(best))]
+    arms.append(off("03 many games at once", f"{FEW_GAMES} games instead of {best['num_envs']:,}",
+                    num_envs=FEW_GAMES))
+    if on_gpu:
+        cpu = ours_settings("cpu")
+        arms.append(Arm("04 the env on the device", "everything on the CPU (its own starting settings)", cpu, "cpu"))
+    else:
+        arms.append(nothing("04 the env on the device", "the device is the CPU: nothing to move"))
+    arms.append(nothing("05 transfers and replay", "PPO's rollout storage is a tensor on the device in every "
+                        "setting; no replay buffer"))
+    start_envs = PPOConfig(**{**chosen.start, "device": "cpu"}).num_envs
+    if best["num_envs"] != start_envs:
+        arms.append(off("06 batch size", f"{start_envs:,} games (the starting point) instead of the measured "
+                        f"{best['num_envs']:,}", num_envs=start_envs))
+    else:
+        arms.append(nothing("06 batch size", f"the measured choice is the starting point, {start_envs:,} games"))
+    arms.append(nothing("07 gradient accumulation", "the same update in less memory: the minibatch fits "
+                        "without it"))
+    if best.get("precision", "fp32") != "fp32":
+        arms.append(off("08 precision", f"fp32 instead of {best['precision']}", precision="fp32"))
+    else:
+        arms.append(nothing("08 precision", "fp32 was chosen: nothing to switch off"))
+    if best.get("compile") or best.get("cuda_graphs"):
+        arms.append(off("09 compile and CUDA graphs", "eager", compile=False, cuda_graphs=False))
+    else:
+        arms.append(nothing("09 compile and CUDA graphs", "eager was chosen: nothing to switch off"))
+    arms.append(nothing("10 several processes", "one process trains here; notebook 10 measures more"))
+    arms.append(off("11 the observation", f"the 11 'features' instead of {best['obs_type']!r}", obs_type="features"))
+    return arms
+
+
+def run_arms(arms: list[Arm], budget_s: float, *, device: str | torch.device | None = None, seed: int = 0,
+             done: dict[str, Curve] | None = None, progress: bool = True) -> dict[str, Curve]:
+    """Train every arm that has settings for ``budget_s`` with ``seed``: ``{lesson: Curve}``, each
+    curve named after its arm.
+
+    ``done``: curves already trained, by lesson (the chosen settings' run, say), not run again.
+    """
+    from tqdm.auto import tqdm
+
+    device = get_device(device, param="device")
+    budget_s = check_number("budget_s", budget_s, above=0)
+    curves = dict(done or {})
+    todo = [arm for arm in arms if arm.settings is not None and arm.lesson not in curves]
+    for arm in tqdm(todo, desc="ablation runs", disable=not progress):
+        curves[arm.lesson] = run_ours(budget_s, seed=seed, device=arm.device or device, **arm.settings)
+    names = {arm.lesson: BASELINE if arm.lesson == BASELINE else f"{arm.lesson} off: {arm.change}" for arm in arms}
+    return {lesson: dataclasses.replace(curve, name=names.get(lesson, curve.name)) for lesson, curve in curves.items()}
+
+
+def _effect(curve: Curve, base: Curve, thresholds) -> str:
+    """What switching a lesson off did, in measured words, at the highest score the base run reached."""
+    reached = [t for t in thresholds if base.seconds_to_score(t) is not None]
+    if not reached:
+        return "the chosen settings reached none of the scores"
+    score = reached[-1]
+    t_base, t_off = base.seconds_to_score(score), curve.seconds_to_score(score)
+    gap = (curve.final_mean_score or 0.0) - base.final_mean_score
+    final = f"final score {'+' if gap >= 0 else ''}{format_number(gap)}"
+    if t_off is None:
+        return f"never reached {score} ({final})"
+    return f"{format_number(t_off / t_base)}x the time to {score} ({final})"
+
+
+def ablation_table(arms: list[Arm], curves: dict[str, Curve], thresholds=(20, 30)) -> Table:
+    """Every lesson: what switching it off means here and, where it was run, what it did.
+
+    The effect compares the arm with the chosen settings' run (:data:`BASELINE`) at the highest
+    of ``thresholds`` that run reached: the ratio of the times to it, and the final scores' difference.
+    """
+    if BASELINE not in curves:
+        raise ValueError(f"curves has no {BASELINE!r} run to compare with: {sorted(curves)}")
+    base = curves[BASELINE]
+    columns = ["lesson", "switched off", *[f"time to mean score {t} (s)" for t in thresholds],
+               "final mean score (food)", "throughput (steps/s)", "effect of switching it off"]
+    rows = []
+    for arm in arms:
+        curve = curves.get(arm.lesson)
+        if curve is None:
+            rows.append([arm.lesson, arm.change, *["—"] * len(thresholds), "—", "—",
+                         "not run" if arm.settings is not None else "nothing to switch off"])
+            continue
+        times = [curve.seconds_to_score(t) for t in thresholds]
+        effect = "—" if arm.lesson == BASELINE else _effect(curve, base, thresholds)
+        rows.append([arm.lesson, arm.change, *["not reached" if t is None else format_number(t) for t in times],
+                     format_number(curve.final_mean_score) if curve.final_mean_score is not None else "—",
+                     format_number(curve.steps_per_second), effect])
+    return Table(columns, rows, [False, False] + [True] * (len(thresholds) + 2) + [False])
+
+
+def ablation_records_table(records, thresholds=(20, 30)) -> Table:
+    """The ablations on file (``capstone`` suite records): per machine and arm, as :func:`ablation_table` shows one run."""
+    runs = {}
+    for r in check_records(records):
+        if r.name == ABLATION:
+            key = (r.machine, r.params["budget_s"], r.params["seed"], r.variant != BASELINE, r.variant)
+            runs.setdefault(key, {})[r.metric] = r.value
+    columns = ["machine", "arm", "budget (s)", "seed", *[f"time to mean score {t} (s)" for t in thresholds],
+               "final mean score (food)", "throughput (steps/s)"]
+    rows = []
+    for (machine, budget, seed, _, variant), metrics in sorted(runs.items()):
+        times = [metrics.get(f"seconds to mean score {t}") for t in thresholds]
+        final = metrics.get("final mean score")
+        rows.append([machine, variant, format_number(budget), str(seed),
+                     *["not reached" if t is None else format_number(t) for t in times],
+                     "—" if final is None else format_number(final), format_number(metrics["throughput"])])
+    return Table(columns, rows, [False, False, True, True] + [True] * (len(thresholds) + 2))
+
+
+# ---------------------------------------------------------------------------- the bench suite
+
+CHOICE = "capstone choice"
+"""The record name of the choice's measurements and of the settings chosen."""
+ABLATION = "capstone ablation"
+"""The record name of the ablation's runs."""
+CHOSEN_FIELDS = ("num_envs", "precision", "compile", "cuda_graphs")
+
+
+def choice_records(chosen: CapstoneSettings, machine: str, budget_s: float) -> list[Record]:
+    """The choice as records: every batch trial, every launch setting's timing, and the settings chosen."""
+    records = []
+    for choice in chosen.choices:
+        if choice.lesson.startswith("06"):
+            for n, (score, rate) in choice.figures.items():
+                params = {"num_envs": n, "budget_s": budget_s}
+                records += [Record(CHOICE, choice.lesson, "average score of its trial", score, "food", params, None, machine),
+                            Record(CHOICE, choice.lesson, "throughput", rate, "steps/s", params, None, machine)]
+        if choice.lesson.startswith("09"):
+            for name, (median, iqr, startup) in choice.figures.items():
+                params = {"setting": name, "startup_s": startup, "budget_s": budget_s}
+                records.append(Record(CHOICE, choice.lesson, "time per iteration", median, "s", params, iqr, machine))
+    settings = {key: chosen.settings[key] for key in CHOSEN_FIELDS}
+    records.append(Record(CHOICE, "chosen settings", "for a budget of", budget_s, "s", settings, None, machine))
+    return records
+
+
+def chosen_on_file(device: str | torch.device | None = None, records=None) -> dict | None:
+    """The capstone settings last chosen on this machine (``capstone`` suite records), or None.
+
+    ``records``: where to look (default: ``data/reference/``).
+    """
+    from .records import load_reference
+
+    device = get_device(device, param="device")
+    machine = machine_label(device_report(device))
+    records = load_reference() if records is None else check_records(records)
+    chosen = [r for r in records if (r.name, r.variant, r.machine) == (CHOICE, "chosen settings", machine)]
+    if not chosen:
+        return None
+    latest = max(chosen, key=lambda r: r.date)
+    return {**ours_settings(device), **{key: latest.params[key] for key in CHOSEN_FIELDS}}
+
+
+def measure_capstone(device: str | torch.device | None = None, progress: bool = True, *,
+                     budget_s: float | None = None, parts=("choice", "ablation"), arms=None,
+                     seed: int = 0) -> list[Record]:
+    """The ``capstone`` bench suite: the choice (:func:`capstone_settings`) and the ablation, as records.
+
+    Full size: the choice for a 120 s run, then every arm for ``budget_s`` (60 s) with ``seed``.
+    ``parts=("ablation",)`` takes the choice on file for this machine (:func:`chosen_on_file`),
+    measuring it only when there is none. ``arms``: the arms to run, by the start of their lesson
+    (``("all lessons", "03")``; default: all). ``tools/gpu_sweep.py`` spreads the parts and the
+    arms over several calls.
+    """
+    device = get_device(device, param="device")
+    parts = check_choices("parts", parts, ("choice", "ablation"))
+    budget_s = check_number("budget_s", pick(full=60.0, quick=3.0) if budget_s is None else budget_s, above=0)
+    machine = machine_label(device_report(device))
+    records = []
+    on_file = None if "choice" in parts else chosen_on_file(device)
+    if on_file is None:
+        run_s = pick(full=120.0, quick=6.0)
+        chosen = capstone_settings(device, budget_s=run_s, verbose=progress)
+        records += choice_records(chosen, machine, run_s)
+    else:
+        chosen = CapstoneSettings(device.type, ours_settings(device), on_file, ())
+    if "ablation" in parts:
+        every = ablation_arms(chosen, device)
+        wanted = [arm.lesson for arm in every] if arms is None else list(arms)
+        for prefix in wanted:
+            if not any(arm.lesson.startswith(prefix) for arm in every):
+                raise ValueError(f"arms: {prefix!r} starts none of the lessons {[arm.lesson for arm in every]}")
+        chosen_arms = [arm for arm in every if any(arm.lesson.startswith(prefix) for prefix in wanted)]
+        curves = run_arms(chosen_arms, budget_s, device=device, seed=seed, progress=progress)
+        for arm in chosen_arms:
+            if arm.lesson in curves:
+                records += curve_records(curves[arm.lesson], machine, budget_s, seed, name=ABLATION,
+                                         variant=arm.lesson if arm.lesson == BASELINE else f"{arm.lesson} off")
+    return records
