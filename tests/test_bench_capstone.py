@@ -15,6 +15,7 @@ from rlgpu_helpers.bench.capstone import (
     ablation_records_table,
     ablation_table,
     average_score,
+    capstone_verdicts,
     choice_records,
     choose_num_envs,
     choose_precision,
@@ -178,3 +179,13 @@ def test_the_ablation_part_uses_the_choice_on_file(monkeypatch):
     assert [row[1] for row in table.rows] == [BASELINE, "03 many games at once off", "06 batch size off",
                                               "11 the observation off"]
     assert all(row[2] == "1.00" and row[-1] != "—" for row in table.rows)
+
+
+def test_the_guides_training_figures_are_judged_against_the_run():
+    ours = curve([20.0, 30.0], seconds=10.0, rate=125_000.0)  # 1M env steps in 8 s
+    naive = curve([1.0, 2.0], seconds=10.0, rate=1_000.0)
+    million, speedup = capstone_verdicts(ours, naive)
+    assert million.measured == pytest.approx(8.0) and million.outcome == "held"
+    assert speedup.measured == pytest.approx(125.0) and speedup.outcome == "partly"  # faster, but not 240x
+    with pytest.raises(ValueError, match="naive="):
+        capstone_verdicts(ours, curve([], seconds=1.0, rate=0.0))

@@ -34,6 +34,7 @@ from ..core.checks import check_choices, check_ints, check_number
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label
 from ..gpu.memory import OUT_OF_MEMORY, release_memory
+from .claims import CLAIMS, Verdict, judge
 from .records import Record, check_records
 from .report import Table, format_number
 from .time_to_score import Curve, curve_records, ours_settings, run_ours
@@ -323,6 +324,16 @@ def ablation_records_table(records, thresholds=(20, 30)) -> Table:
                      *["not reached" if t is None else format_number(t) for t in times],
                      "—" if final is None else format_number(final), format_number(metrics["throughput"])])
     return Table(columns, rows, [False, False, True, True] + [True] * (len(thresholds) + 2))
+
+
+def capstone_verdicts(ours: Curve, naive: Curve) -> list[Verdict]:
+    """The guide's training figures beside the capstone's run: seconds per million env steps, and
+    env steps/s against the naive single-env loop of notebook 01 on the same machine (one run each)."""
+    for name, curve in (("ours", ours), ("naive", naive)):
+        if not isinstance(curve, Curve) or not curve.steps_per_second > 0:
+            raise ValueError(f"{name}={curve!r:.80} must be a Curve that made env steps")
+    return [judge(CLAIMS["gpu-256-envs-million-steps"], 1e6 / ours.steps_per_second),
+            judge(CLAIMS["gpu-256-envs-training-speedup"], ours.steps_per_second / naive.steps_per_second)]
 
 
 # ---------------------------------------------------------------------------- the bench suite

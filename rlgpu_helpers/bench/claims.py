@@ -184,6 +184,13 @@ CLAIMS = _claims(
     Claim("leanrl-compile-alone", LEANRL, "the compile column against the LeanRL implementation column: 3841/3728 "
           "(PPO Atari), 908/683 (PPO continuous), 255/130 (SAC), 272/247 (TD3)", 3841 / 3728, 255 / 130, "x",
           "speedup", "a PPO iteration compiled (no CUDA graphs) against eager, on a GPU", "09"),
+    # notebook 11: the capstone's training against the guide's table (its GPU rows)
+    Claim("gpu-256-envs-million-steps", GUIDE_GPU_RL, "256 GPU envs | ~120,000 | ~8 sec (training time, 1M steps)",
+          8, 8, "s", "figure", "one million env steps of the capstone's PPO, acting and learning, with the chosen "
+          "settings", "11"),
+    Claim("gpu-256-envs-training-speedup", GUIDE_GPU_RL, "256 GPU envs | ~120,000 | ~8 sec | 240x (against a "
+          "single CPU env)", 240, 240, "x", "speedup", "the capstone's end-to-end env steps/s against the naive "
+          "single-env DQN of notebook 01, on the same machine", "11"),
     # notebook 10: several GPUs, data-parallel
     Claim("ddp-further-speedup", GUIDE_GPU_RL, "Multi-GPU Training ... Benefits: 2-4x further speedup", 2.0, 4.0, "x",
           "speedup", "PPO's env steps/s with the most GPUs measured (one process each) against one GPU", "10"),
