@@ -116,6 +116,6 @@ def test_compiled_acting_and_td_update_match_eager():
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
     compiled._epsilon.fill_(0.0)
     with torch.no_grad():
-        assert torch.equal(compiled._act_fn(batch["obs"]), eager.act(batch["obs"], 0.0))
+        assert torch.equal(compiled._act_fn(batch["obs"], compiled._epsilon), eager.act(batch["obs"], 0.0))
     compiled.iterate(budget_used=0.5)  # and it trains: a new epsilon each iteration, no recompile needed
     assert compiled.env_steps == 32 * compiled.config.steps_per_iteration

@@ -176,14 +176,11 @@ def capstone_settings(device: str | torch.device | None = None, *, budget_s: flo
     device = get_device(device, param="device")
     budget_s = check_number("budget_s", budget_s, above=0)
     start = {**ours_settings(device), **(start or {})}
-    settings, choices = dict(start), []
-    for choose in (lambda s: choose_num_envs(s, device, num_envs=num_envs, trial_s=trial_s),
-                   lambda s: choose_precision(s, device),
-                   lambda s: choose_launches(s, device, budget_s=budget_s)):
-        choice = choose(settings)
-        settings.update(choice.settings)
-        choices.append(choice)
-    chosen = CapstoneSettings(device.type, start, settings, tuple(choices))
+    batch = choose_num_envs(start, device, num_envs=num_envs, trial_s=trial_s)
+    precision = choose_precision({**start, **batch.settings}, device)
+    launches = choose_launches({**start, **batch.settings, **precision.settings}, device, budget_s=budget_s)
+    settings = {**start, **batch.settings, **precision.settings, **launches.settings}
+    chosen = CapstoneSettings(device.type, start, settings, (batch, precision, launches))
     if verbose:
         print(chosen)
     return chosen

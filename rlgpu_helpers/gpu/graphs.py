@@ -186,6 +186,17 @@ class CapturedStep:
         return self._outputs
 
 
+def with_launch_settings(fn: Callable, device: str | torch.device, *, compile: bool, cuda_graphs: bool,
+                         fullgraph: bool = True) -> Callable:
+    """``fn`` as a learner's ``compile`` and ``cuda_graphs`` settings ask: compiled (``fullgraph`` or not),
+    captured in a CUDA graph (:class:`CapturedStep`), both (the compiled function is captured), or as it is."""
+    if compile:
+        fn = torch.compile(fn, fullgraph=fullgraph)
+    if cuda_graphs:
+        fn = CapturedStep(fn, device)
+    return fn
+
+
 def graph_safe_adam(params, lr: float, *, eps: float = 1e-8, device: str | torch.device | None = None
                     ) -> torch.optim.Adam:
     """``Adam`` whose step can be captured in a CUDA graph or compiled without recompiling.

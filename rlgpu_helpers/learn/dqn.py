@@ -35,7 +35,7 @@ from torch import nn
 
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
-from ..gpu.graphs import CapturedStep, graph_safe_adam
+from ..gpu.graphs import graph_safe_adam, with_launch_settings
 from ..replay.base import KINDS, make_buffer
 from ..replay.prioritized import PrioritizedReplayBuffer
 from ..snake import rules
@@ -102,9 +102,9 @@ class DQNConfig:
         check_seed("seed", self.seed)
         for name in ("compile", "cuda_graphs"):
             check_bool(name, getattr(self, name))
-        if self.cuda_graphs and get_device(self.device, param="device").type != "cuda":
+        device = get_device(self.device, param="device")
+        if self.cuda_graphs and device.type != "cuda":
             raise ValueError(f"cuda_graphs=True needs a CUDA GPU, not device={self.device!r}")
-        get_device(self.device, param="device")
         if self.num_envs > self.buffer_size:
             raise ValueError(f"buffer_size={self.buffer_size!r} must hold at least one vector step "
                              f"(num_envs={self.num_envs!r})")
@@ -143,15 +143,12 @@ class DQN:
         self.env_steps = 0
         self.vector_steps = 0
         self.updates = 0
-        self._epsilon = torch.zeros((), device=self.device)  # this iteration's epsilon, where acting reads it
+        self._epsilon = torch.zeros((), device=self.device)  # the step's epsilon, on the device
         self._ones = torch.ones(c.batch_size, device=self.device)  # the weights of a uniform buffer's batch
-        self._act_fn, self._update_fn = self._act_exploring, self._td_update
-        if c.compile:
-            self._act_fn = torch.compile(self._act_fn, fullgraph=True)
-            self._update_fn = torch.compile(self._update_fn)  # backward and the optimizer step break the graph
-        if c.cuda_graphs:
-            self._act_fn = CapturedStep(self._act_fn, self.device)
-            self._update_fn = CapturedStep(self._update_fn, self.device)
+        launches = {"compile": c.compile, "cuda_graphs": c.cuda_graphs}
+        self._act_fn = with_launch_settings(self._explore, self.device, **launches)
+        # backward and the optimizer step break the update's graph
+        self._update_fn = with_launch_settings(self._td_update, self.device, **launches, fullgraph=False)
 
     def epsilon(self, budget_used: float) -> float:
         c = self.config
@@ -161,8 +158,13 @@ class DQN:
     def act(self, obs: torch.Tensor, epsilon: float = 0.0) -> torch.Tensor:
         """Greedy actions, each replaced by a random one with probability ``epsilon``."""
         with torch.inference_mode():
-            greedy = self.model(obs).argmax(-1)
-        explore = torch.rand(obs.shape[0], device=self.device) < epsilon
+            return self._explore(obs, epsilon)
+
+    def _explore(self, obs: torch.Tensor, epsilon: float | torch.Tensor) -> torch.Tensor:
+        """``act``'s choice; ``epsilon`` may be a 0-d device tensor (``self._epsilon``), so that a compiled
+        or captured step takes a new value without recompiling."""
+        greedy = self.model(obs).argmax(-1)
+        explore = torch.rand(obs.shape[0], device=obs.device) < epsilon
         return torch.where(explore, torch.randint_like(greedy, 3), greedy)
 
     def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
@@ -176,12 +178,6 @@ class DQN:
         finished = torch.stack([done for _, done in steps]).cpu()
         return scores[finished]  # the one host read per iteration
 
-    def _act_exploring(self, obs: torch.Tensor) -> torch.Tensor:
-        """``act`` with this iteration's epsilon, read from the device (``self._epsilon``)."""
-        greedy = self.model(obs).argmax(-1)
-        explore = torch.rand(obs.shape[0], device=obs.device) < self._epsilon
-        return torch.where(explore, torch.randint_like(greedy, 3), greedy)
-
     def act_and_learn(self, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One vector step: act, step the env, store the transitions, learn when due. No host read.
 
@@ -190,7 +186,7 @@ class DQN:
         c = self.config
         self._epsilon.fill_(epsilon)
         with torch.no_grad():
-            action = self._act_fn(self.obs)
+            action = self._act_fn(self.obs, self._epsilon)
         obs, reward, terminated, truncated, info = self.env.step(action)
         done = (terminated | truncated).view(-1, *[1] * (obs.dim() - 1))
         # A finished game's next observation is its real last one, not the restarted game's.

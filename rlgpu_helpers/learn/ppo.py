@@ -46,7 +46,7 @@ import torch
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
-from ..gpu.graphs import CapturedStep, graph_safe_adam, set_learning_rate
+from ..gpu.graphs import graph_safe_adam, set_learning_rate, with_launch_settings
 from ..gpu.precision import check_precision, fp32_matmul_precision, precision_context
 from ..snake import rules
 from ..snake.vec import VecSnake
@@ -222,15 +222,11 @@ class PPO:
             self.next_value = self.model.value(self.next_obs)
         self.env_steps = 0
         self.iterations = 0
-        self._rollout_fn, self._gae_fn, self._update_fn = self._rollout_step_at, self._gae, self._minibatch_update
-        if c.compile:
-            self._rollout_fn = torch.compile(self._rollout_fn, fullgraph=True)
-            self._gae_fn = torch.compile(self._gae_fn, fullgraph=True)
-            self._update_fn = torch.compile(self._update_fn)  # backward and the optimizer step break the graph
-        if c.cuda_graphs:
-            self._rollout_fn = CapturedStep(self._rollout_fn, dev)
-            self._gae_fn = CapturedStep(self._gae_fn, dev)
-            self._update_fn = CapturedStep(self._update_fn, dev)
+        launches = {"compile": c.compile, "cuda_graphs": c.cuda_graphs}
+        self._rollout_fn = with_launch_settings(self._rollout_step_at, dev, **launches)
+        self._gae_fn = with_launch_settings(self._gae, dev, **launches)
+        # backward and the optimizer step break the update's graph
+        self._update_fn = with_launch_settings(self._minibatch_update, dev, **launches, fullgraph=False)
 
     def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
         """One rollout and one update; returns the scores of games that finished (on the CPU).
