@@ -2,6 +2,8 @@
 equals eager code, the graph breaks are found, bad settings are refused; on CUDA (`-m gpu`) a
 captured step replays equal eager steps, draws fresh random numbers, and PPO trains graph-captured."""
 
+import io
+
 import pytest
 import torch
 
@@ -11,9 +13,11 @@ from rlgpu_helpers.gpu.graphs import (
     compile_step,
     graph_breaks,
     graph_safe_adam,
+    load_optimizer_state,
     set_learning_rate,
 )
 from rlgpu_helpers.gpu.sync import audit_syncs
+from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig, sample_actions
 from rlgpu_helpers.snake import rules
 from rlgpu_helpers.snake.vec import VecSnake
@@ -121,6 +125,80 @@ def test_the_graph_safe_adam_takes_its_learning_rate_in_place():
     assert plain.param_groups[0]["lr"] == 0.5
 
 
+def through_a_file(state: dict) -> dict:
+    """``state`` as a checkpoint gives it back: saved, then loaded onto the host."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, map_location="cpu", weights_only=True)
+
+
+def saved(optimizer):
+    return through_a_file(optimizer.state_dict())
+
+
+def trained_adam(make, steps=3):
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = make([weight])
+    for _ in range(steps):
+        weight.grad = torch.ones(3)
+        optimizer.step()
+    return optimizer
+
+
+def test_a_loaded_graph_safe_adam_keeps_its_own_learning_rate_tensor_and_anneals_it():
+    """The bug this guards against: ``load_state_dict`` puts the saved lr tensor (on the host) in place of the
+    device tensor a captured step reads, so a resumed run's annealing never reaches the step."""
+    state = saved(trained_adam(lambda p: graph_safe_adam(p, 0.1, device="cpu")))
+    state["param_groups"][0]["lr"] = torch.tensor(0.05)  # annealed before the checkpoint
+    resumed = graph_safe_adam([torch.nn.Parameter(torch.ones(3))], 0.1, device="cpu")
+    built = resumed.param_groups[0]["lr"]
+    load_optimizer_state(resumed, state)
+    assert resumed.param_groups[0]["lr"] is built and float(built) == pytest.approx(0.05)
+    set_learning_rate(resumed, 0.01)
+    assert float(built) == pytest.approx(0.01)
+    assert resumed.state[resumed.param_groups[0]["params"][0]]["step"].item() == 3
+
+
+def test_a_load_keeps_each_learning_rate_as_a_float_or_a_tensor_as_built():
+    plain = torch.optim.Adam([torch.nn.Parameter(torch.ones(3))], lr=0.1)
+    load_optimizer_state(plain, saved(trained_adam(lambda p: graph_safe_adam(p, 0.2, device="cpu"))))
+    assert plain.param_groups[0]["lr"] == pytest.approx(0.2) and not isinstance(plain.param_groups[0]["lr"], torch.Tensor)
+    safe = graph_safe_adam([torch.nn.Parameter(torch.ones(3))], 0.1, device="cpu")
+    built = safe.param_groups[0]["lr"]
+    load_optimizer_state(safe, saved(trained_adam(lambda p: torch.optim.Adam(p, lr=0.3))))
+    assert safe.param_groups[0]["lr"] is built and float(built) == pytest.approx(0.3)
+
+
+def test_a_checkpoint_of_a_host_run_loads_capturable_with_its_state_on_the_parameters_device():
+    """A GPU learner resuming a CPU run's checkpoint: ``capturable`` stays on, and the step counters and the
+    learning rate live where the parameters do. The "meta" device stands in for a GPU here."""
+    state = saved(trained_adam(lambda p: torch.optim.Adam(p, lr=0.1)))
+    assert state["param_groups"][0]["capturable"] is False
+    weight = torch.nn.Parameter(torch.ones(3, device="meta"))
+    on_device = torch.optim.Adam([weight], lr=0.1, capturable=True)
+    built = on_device.param_groups[0]["lr"] = torch.tensor(0.1, device="meta")  # Adam's own check reads a value
+    load_optimizer_state(on_device, state)
+    group = on_device.param_groups[0]
+    assert group["capturable"] is True and group["lr"] is built and built.device.type == "meta"
+    assert {name: value.device.type for name, value in on_device.state[weight].items()} == {
+        "step": "meta", "exp_avg": "meta", "exp_avg_sq": "meta"}
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_a_resumed_compiled_learner_keeps_the_learning_rate_tensor_its_update_reads(algorithm):
+    def make():
+        if algorithm == "ppo":
+            return PPO(PPOConfig(num_envs=8, num_steps=4, hidden=8, compile=True))
+        return DQN(DQNConfig(num_envs=8, buffer_size=64, learning_starts=8, hidden=8, compile=True))
+
+    first, resumed = make(), make()
+    set_learning_rate(first.optimizer, 2e-4)
+    built = resumed.optimizer.param_groups[0]["lr"]
+    resumed.load_state_dict(through_a_file(first.state_dict()))
+    assert resumed.optimizer.param_groups[0]["lr"] is built and float(built) == pytest.approx(2e-4)
+
+
 def test_choose_settings_keeps_eager_unless_something_is_faster_beyond_the_noise():
     noisy = choose_settings("cpu", {"eager": (1.0, 0.1), "compiled": (0.95, 0.1)})
     assert noisy.settings == {"compile": False, "cuda_graphs": False}
@@ -179,3 +257,28 @@ def test_ppo_with_cuda_graphs_trains_and_its_captured_update_equals_the_eager_on
     for p, q in zip(eager.model.parameters(), graphed.model.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6)
     assert audit_syncs(lambda: graphed.rollout_step(0), "cuda").total == 0
+
+
+@CUDA_ONLY
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_a_resumed_captured_learner_reads_the_learning_rate_it_is_given(algorithm):
+    """After a resume, learning rate 0 must stop the captured update: the graph reads the lr tensor it was built with."""
+    def make():
+        if algorithm == "ppo":
+            return PPO(PPOConfig(num_envs=64, num_steps=8, hidden=16, device="cuda", cuda_graphs=True))
+        return DQN(DQNConfig(num_envs=64, buffer_size=1024, learning_starts=64, batch_size=32, hidden=16,
+                             device="cuda", cuda_graphs=True))
+
+    first = make()
+    for _ in range(3):
+        first.iterate(0.1)
+    resumed = make()
+    resumed.load_state_dict(through_a_file(first.state_dict()))
+    for _ in range(3):  # two warm-ups and the capture
+        resumed.iterate(0.1)
+    set_learning_rate(resumed.optimizer, 0.0)
+    before = [p.detach().clone() for p in resumed.model.parameters()]
+    resumed.iterate(1.0) if algorithm == "dqn" else (resumed._collect(), resumed._update())
+    assert resumed._update_fn.graph is not None
+    for old, new in zip(before, resumed.model.parameters()):
+        assert torch.equal(old, new)

@@ -220,6 +220,43 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
             group["lr"] = lr
 
 
+IMPLEMENTATION_OPTIONS = ("capturable", "foreach", "fused", "differentiable")
+"""Optimizer options that say how its step runs on this device, not what it learned: kept as built on a load."""
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """``optimizer.load_state_dict(state)``, keeping how the optimizer was built for this device.
+
+    ``load_state_dict`` replaces each parameter group's entries with the saved ones. That is wrong
+    for two kinds of entry, which this puts back as built:
+
+    * a tensor hyperparameter (:func:`graph_safe_adam`'s learning rate): the saved tensor comes
+      back on the host (``map_location="cpu"``), while a captured or compiled step goes on reading
+      the device tensor it was built with, so annealing would stop. The built tensor is kept and
+      filled with the saved value; a saved tensor loaded into a float entry becomes a float.
+    * :data:`IMPLEMENTATION_OPTIONS` (``capturable`` and the like): a checkpoint from a CPU run
+      would turn off ``capturable`` on a GPU. Adam's step counters then go where these say
+      (on the parameter's device when capturable or fused, else on the host).
+    """
+    built = [dict(group) for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, before in zip(optimizer.param_groups, built):
+        for key, value in before.items():
+            if isinstance(value, torch.Tensor):
+                value.fill_(float(group[key]))
+                group[key] = value
+            elif isinstance(group.get(key), torch.Tensor):
+                group[key] = float(group[key])
+        for key in IMPLEMENTATION_OPTIONS:
+            if key in before:
+                group[key] = before[key]
+        on_device = group.get("capturable") or group.get("fused")
+        for parameter in group["params"]:
+            step = optimizer.state.get(parameter, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                optimizer.state[parameter]["step"] = step.to(parameter.device if on_device else "cpu", torch.float32)
+
+
 # ---------------------------------------------------------------------------- the fastest settings
 
 SETTINGS = {"eager": {"compile": False, "cuda_graphs": False},

@@ -35,7 +35,7 @@ from torch import nn
 
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
-from ..gpu.graphs import graph_safe_adam, with_launch_settings
+from ..gpu.graphs import graph_safe_adam, load_optimizer_state, with_launch_settings
 from ..replay.base import KINDS, make_buffer
 from ..replay.prioritized import PrioritizedReplayBuffer
 from ..snake import rules
@@ -248,7 +248,7 @@ class DQN:
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.buffer.load_state_dict(state["buffer"])
         self.env.load_state_dict(state["env"])
         self.obs = state["obs"].to(self.device)

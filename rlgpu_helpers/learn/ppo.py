@@ -46,7 +46,7 @@ import torch
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
-from ..gpu.graphs import graph_safe_adam, set_learning_rate, with_launch_settings
+from ..gpu.graphs import graph_safe_adam, load_optimizer_state, set_learning_rate, with_launch_settings
 from ..gpu.precision import check_precision, fp32_matmul_precision, precision_context
 from ..snake import rules
 from ..snake.vec import VecSnake
@@ -404,7 +404,7 @@ class PPO:
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.env.load_state_dict(state["env"])
         self.next_obs = state["next_obs"].to(self.device)
         self.env_steps = int(state["env_steps"])
