@@ -230,10 +230,14 @@ def _run_data_parallel(args: argparse.Namespace) -> int:
     """``train --nproc N``: the same training, data-parallel on N processes started by torchrun (notebook 10)."""
     import subprocess
 
-    from .gpu.distributed import torchrun_command
+    from .gpu.distributed import check_data_parallel_settings, torchrun_command
 
     if args.algo not in (None, "ppo"):
         raise UsageError(f"--nproc {args.nproc}: data-parallel training is PPO only, not --algo {args.algo}")
+    try:
+        check_data_parallel_settings(_typed_settings("ppo", args.set or []).get("cuda_graphs", False))
+    except ValueError as error:
+        raise UsageError(f"--nproc {args.nproc}: {error}") from None
     if args.agent is not None:
         raise UsageError(f"--nproc {args.nproc} does not write --agent: play the checkpoint in --out instead")
     command = torchrun_command(args.nproc, _without_nproc(args.argv) + ["--no-progress"] * (not sys.stderr.isatty()))

@@ -18,6 +18,7 @@ from rlgpu_helpers.gpu.distributed import (
     DistributedPPO,
     World,
     check_backend,
+    check_data_parallel_settings,
     count_allreduces,
     ddp_proof,
     launch,
@@ -192,6 +193,50 @@ def test_one_rank_is_ppo_and_its_hot_paths_make_no_host_sync(one_rank_group):
     assert audit_syncs(lambda: learner.rollout_step(0), "cpu").total == 0
     assert audit_syncs(lambda: learner._advantage_stats(advantages), "cpu").total == 0
     assert set(learner.state_dict()["model"]) == set(learner.model.module.state_dict())
+
+
+def test_with_accumulation_each_update_all_reduces_once_and_steps_as_without(one_rank_group):
+    """``no_sync`` around every micro-batch but the last: 4 micro-batches, still one all-reduce per step,
+    and the same parameters as the update taken in one piece, to float32 rounding."""
+    learners = {}
+    for steps in (1, 4):
+        learner = DistributedPPO(PPOConfig(num_envs=8, num_steps=8, num_minibatches=2, hidden=8,
+                                           accumulation_steps=steps))
+        counter = count_allreduces(learner.model)
+        learner.iterate()
+        assert counter.calls == 4 * 2, steps  # 4 epochs x 2 minibatches, one bucket each
+        learners[steps] = learner
+    for one, four in zip(learners[1].model.parameters(), learners[4].model.parameters()):
+        torch.testing.assert_close(four, one, rtol=1e-4, atol=1e-5)
+
+
+def test_a_compiled_rank_updates_as_an_eager_one(one_rank_group):
+    """``compile=True`` with DDP (dynamo splits the update at DDP's buckets): from the same rollout, the same
+    updates as eager to float32 rounding, each with its one all-reduce."""
+    config = dict(num_envs=8, num_steps=8, num_minibatches=2, hidden=8)
+    eager, compiled = DistributedPPO(PPOConfig(**config)), DistributedPPO(PPOConfig(**config, compile=True))
+    eager._collect()
+    for name in ("obs", "actions", "logprobs", "advantages", "returns"):  # Inductor draws actions with its own RNG
+        getattr(compiled, name).copy_(getattr(eager, name))
+    counter = count_allreduces(compiled.model)
+    idx = torch.randperm(64, generator=torch.Generator().manual_seed(2))[:32]
+    for _ in range(3):
+        torch.testing.assert_close(compiled._update_fn(idx), eager._update_fn(idx), rtol=1e-5, atol=1e-6)
+    assert counter.calls == 3
+    for p, q in zip(eager.model.parameters(), compiled.model.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+
+
+def test_cuda_graphs_are_refused_by_name_before_any_rank_starts(one_rank_group, capsys):
+    config = PPOConfig(num_envs=4, num_steps=4, num_minibatches=1, hidden=8)
+    config.cuda_graphs = True  # past PPOConfig's own check (CUDA only), as on a GPU
+    with pytest.raises(ValueError, match="^cuda_graphs=True is not supported by data-parallel PPO"):
+        DistributedPPO(config)
+    check_data_parallel_settings(False)
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["train", "--nproc", "2", "--device", "cpu", "--set", "cuda_graphs=True", "--steps", "64"])
+    assert exit_info.value.code == 2
+    assert "--nproc 2: cuda_graphs=True is not supported by data-parallel PPO" in capsys.readouterr().err
 
 
 def test_sync_last_micro_batch_only_enters_no_sync_for_all_but_the_last_micro_batch():

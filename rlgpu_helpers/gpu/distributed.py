@@ -186,6 +186,15 @@ def parameters_agree(model: torch.nn.Module) -> bool:
 
 # ---------------------------------------------------------------------------- the learner
 
+def check_data_parallel_settings(cuda_graphs: bool) -> None:
+    """Refuse the ``PPOConfig`` launch settings that data-parallel PPO cannot run, before any rank starts."""
+    if cuda_graphs:
+        raise ValueError(
+            "cuda_graphs=True is not supported by data-parallel PPO: DDP all-reduces inside the update, and "
+            "capturing that needs DDP built and warmed up on the capture's stream with NCCL's graph support, "
+            "which this learner does not do. Use compile=True, or cuda_graphs=True in one process")
+
+
 class DataParallelActorCritic(DistributedDataParallel):
     """DDP around ``ActorCritic``: ``forward`` (the loss) goes through DDP and all-reduces its
     gradients; ``logits`` and ``value`` (acting and the critic's ratings, no gradient) go straight
@@ -209,6 +218,7 @@ class DistributedPPO(PPO):
     def __init__(self, config: PPOConfig, *, dtype: torch.dtype | None = None):
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("DistributedPPO needs a process group: run it under torchrun inside process_group(...)")
+        check_data_parallel_settings(config.cuda_graphs)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         check_seed("seed + rank", config.seed + self.rank)
         super().__init__(dataclasses.replace(config, seed=config.seed + self.rank))  # this rank's games and RNG
@@ -223,6 +233,11 @@ class DistributedPPO(PPO):
         scores = super().iterate(budget_used)
         self.env_steps += (self.world_size - 1) * self.config.num_steps * self.config.num_envs
         return scores
+
+    def _minibatch_update(self, idx: torch.Tensor) -> torch.Tensor:
+        """PPO's update, its micro-batches but the last inside DDP's ``no_sync``: one all-reduce per step."""
+        with sync_last_micro_batch_only(self.model.no_sync):
+            return super()._minibatch_update(idx)
 
     def _mean_over_learners(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` averaged over the ranks: the same number on every rank."""
