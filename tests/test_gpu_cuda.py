@@ -149,6 +149,27 @@ def test_pinned_copies_to_the_gpu_beat_pageable_ones_at_256_mib():
     assert pinned_claim(records, nbytes=2**28).measured == pytest.approx(speed["pinned"] / speed["pageable"])
 
 
+def test_the_pinned_buffer_adds_from_the_gpu_without_waiting_and_reads_what_was_added():
+    from rlgpu_helpers.replay.pinned import PinnedReplayBuffer
+
+    buffer = PinnedReplayBuffer(4096, (11,), CUDA)
+    busy = torch.randn(4096, 4096, device=CUDA)
+    rows = []
+    for k in range(3):
+        fields = dict(obs=torch.randn(1024, 11, device=CUDA), actions=torch.randint(0, 3, (1024,), device=CUDA),
+                      rewards=torch.randn(1024, device=CUDA), next_obs=torch.randn(1024, 11, device=CUDA),
+                      terminated=torch.rand(1024, device=CUDA) < 0.1)
+        busy = busy @ busy / 64  # GPU work still running while the copies are queued
+        report = audit_syncs(lambda: buffer.add(**fields), CUDA)
+        assert report.total == 0, report
+        rows.append(fields)
+    stored = buffer.state_dict()  # waits for the copies, then reads them on the host
+    for name in rows[0]:
+        assert torch.equal(stored[name], torch.cat([fields[name] for fields in rows]).cpu()), name
+    batch = buffer.sample(256)
+    assert torch.equal(batch["obs"].cpu(), stored["obs"][batch["indices"].cpu()])
+
+
 def test_a_non_blocking_copy_to_the_host_is_right_once_synchronized():
     from rlgpu_helpers.gpu.transfer import read_before_sync
 

@@ -5,7 +5,9 @@ the CPU, then a copy that the CPU must stage through a pinned bounce buffer and 
 (``.to(device)`` synchronizes). ``PinnedReplayBuffer`` removes the wait and hides the copy:
 
 - its storage is allocated in pinned (page-locked) host memory, so transitions that come from
-  a GPU env are written into it directly by DMA, without staging;
+  a GPU env are written into it directly by DMA, without staging, and ``add`` does not wait for
+  them (``non_blocking=True``): it records an event, and the host waits on it only when it next
+  reads or overwrites the storage (the gather of ``sample``, ``state_dict``, ``load_state_dict``);
 - ``sample`` gathers the *next* batch on the CPU into a fresh pinned tensor and starts copying it
   to the GPU with ``non_blocking=True`` on a side CUDA stream, then returns the batch prefetched
   in the same way during the previous call. The learner's stream waits for the copy with
@@ -38,7 +40,12 @@ class PinnedReplayBuffer(TensorReplayBuffer):
     def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu"):
         super().__init__(capacity, obs_shape, device, storage_device="cpu")
         self._stream = torch.cuda.Stream(self.device) if self.pinned else None
+        self._written = torch.cuda.Event() if self.pinned else None  # recorded after add's copies
         self._next: dict | None = None
+
+    @property
+    def _copies_wait(self) -> bool:
+        return not self.pinned
 
     @property
     def pinned(self) -> bool:
@@ -60,9 +67,32 @@ class PinnedReplayBuffer(TensorReplayBuffer):
         batch, self._next = self._receive(self._next), self._prefetch(batch_size, generator)
         return batch
 
+    def _store(self, fields: dict, count: int) -> None:
+        super()._store(fields, count)
+        if self._written is not None:
+            self._written.record()
+
+    def _storage_written(self) -> None:
+        """Wait until ``add``'s copies have landed: the host is about to read or overwrite the storage."""
+        if self._written is not None:
+            self._written.synchronize()
+
+    def _gather(self, indices: torch.Tensor) -> dict:
+        self._storage_written()
+        return super()._gather(indices)
+
+    def _rows(self) -> dict:
+        self._storage_written()
+        return super()._rows()
+
+    def _put_rows(self, fields: dict, size: int) -> None:
+        self._storage_written()
+        super()._put_rows(fields, size)
+
     def _prefetch(self, batch_size: int, generator: torch.Generator | None) -> dict:
         """Draw and gather a batch into pinned memory, and start copying it on the side stream."""
         indices, _ = self._draw(batch_size, generator)
+        self._storage_written()
         staged = {name: torch.index_select(getattr(self, name), 0, indices, out=self._staging(name, batch_size))
                   for name in FIELDS}
         staged["indices"] = torch.empty(batch_size, dtype=torch.int64, pin_memory=self.pinned).copy_(indices)

@@ -42,6 +42,9 @@ class TensorReplayBuffer(ReplayBuffer):
         self.pos = 0
         self.size = 0
 
+    _copies_wait = True
+    """Whether ``add``'s copies into storage finish before it returns (a copy into pageable host memory always does)."""
+
     def _allocate(self, name: str) -> torch.Tensor:
         """The storage of one field: ``capacity`` rows of zeros on the storage device."""
         return torch.zeros(self.capacity, *self.field_shape(name), dtype=DTYPES[name], device=self.storage_device)
@@ -54,11 +57,11 @@ class TensorReplayBuffer(ReplayBuffer):
         """Rows ``pos .. pos+count`` of the ring: one slice copy per field, two when it wraps.
 
         ``copy_`` converts dtype and device in one go, so a batch from the GPU lands in host
-        storage without an intermediate tensor.
+        storage without an intermediate tensor (and without waiting, where ``_copies_wait`` is False).
         """
         for ring, rows in ring_slices(self.pos, count, self.capacity):
             for name, value in fields.items():
-                getattr(self, name)[ring].copy_(value[rows])
+                getattr(self, name)[ring].copy_(value[rows], non_blocking=not self._copies_wait)
         self.pos = (self.pos + count) % self.capacity
         self.size = min(self.size + count, self.capacity)
 
