@@ -6,8 +6,10 @@ import time
 
 import pytest
 
+from rlgpu_helpers.gpu import monitor as monitor_module
 from rlgpu_helpers.gpu.monitor import (
     LABELS,
+    NVML_MEANING,
     PSUTIL_MEANING,
     Sample,
     UtilizationMonitor,
@@ -58,6 +60,76 @@ def test_start_and_stop_are_checked_and_a_monitor_can_run_again():
 def test_bad_intervals_name_the_parameter(interval, error):
     with pytest.raises(error, match="interval="):
         UtilizationMonitor("cpu", interval=interval)
+
+
+class StandInNVML:
+    """A pynvml with ``gpus`` GPUs, each busy at its own level; it refuses to be asked by index."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, gpus=3, fail_init=False):
+        self.fail_init, self.opened, self.running = fail_init, [], False
+        self.gpus = {f"GPU-0000000{n}-aaaa-bbbb-cccc-dddddddddddd": 10.0 * (n + 1) for n in range(gpus)}
+
+    def nvmlInit(self):
+        if self.fail_init:
+            raise self.NVMLError("Driver Not Loaded")
+        self.running = True
+
+    def nvmlShutdown(self):
+        self.running = False
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        raise AssertionError("NVML's index ignores CUDA_VISIBLE_DEVICES: it must not be used")
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in self.gpus:
+            raise self.NVMLError("Not Found")
+        self.opened.append(uuid)
+        return uuid
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return type("Rates", (), {"gpu": self.gpus[handle]})
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        return type("Memory", (), {"used": 512 * 2**20})
+
+
+@pytest.fixture
+def visible_gpu_2(monkeypatch):
+    """A machine of three GPUs seen through CUDA_VISIBLE_DEVICES=2: torch's cuda:0 is NVML's GPU 2."""
+    import torch
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: type("Properties", (), {"uuid": "00000002-aaaa-bbbb-cccc-dddddddddddd"}))
+
+
+def test_nvml_reads_the_gpu_torch_sees_not_the_one_with_its_index(visible_gpu_2, monkeypatch):
+    nvml = StandInNVML()
+    monkeypatch.setattr(monitor_module, "_nvml", lambda: nvml)
+    with UtilizationMonitor("cuda", interval=0.01) as monitor:
+        time.sleep(0.1)
+    assert nvml.opened == ["GPU-00000002-aaaa-bbbb-cccc-dddddddddddd"] and not nvml.running
+    assert monitor.source == NVML_MEANING and monitor.samples
+    assert {s.utilization_pct for s in monitor.samples} == {30.0} and monitor.samples[0].memory_mib == 512
+
+
+@pytest.mark.parametrize("nvml, reason", [
+    (StandInNVML(fail_init=True), "NVML did not start (Driver Not Loaded): measuring with psutil instead."),
+    (StandInNVML(gpus=0), "NVML does not know cuda:0 (Not Found): measuring with psutil instead."),
+])
+def test_when_nvml_fails_the_monitor_says_why_and_measures_with_psutil(visible_gpu_2, monkeypatch, capsys, nvml,
+                                                                      reason):
+    monkeypatch.setattr(monitor_module, "_nvml", lambda: nvml)
+    with UtilizationMonitor("cuda", interval=0.01) as monitor:
+        busy(0.1)
+    assert reason in capsys.readouterr().out and not nvml.running
+    assert monitor.source == PSUTIL_MEANING and monitor.samples
 
 
 def test_the_plot_has_titled_labelled_panels():

@@ -57,6 +57,17 @@ def _nvml():
     return pynvml
 
 
+def nvml_handle(nvml, device: torch.device):
+    """NVML's handle of the CUDA ``device``, found by its UUID.
+
+    NVML numbers every GPU of the machine and ignores ``CUDA_VISIBLE_DEVICES``, whereas torch's
+    ``cuda:i`` is the i-th *visible* GPU: with ``CUDA_VISIBLE_DEVICES=2``, ``cuda:0`` is NVML's
+    GPU 2. The UUID names the same GPU for both.
+    """
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return nvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+
+
 class UtilizationMonitor:
     """Samples utilization and memory every ``interval`` seconds in a background thread.
 
@@ -75,11 +86,18 @@ class UtilizationMonitor:
         self.source = NVML_MEANING if self._nvml is not None else PSUTIL_MEANING
 
     def _reader(self):
-        """A function returning (utilization %, memory MiB) now."""
+        """A function returning (utilization %, memory MiB) now: NVML's, or psutil's where NVML fails."""
         if self._nvml is not None:
             nvml = self._nvml
-            nvml.nvmlInit()
-            handle = nvml.nvmlDeviceGetHandleByIndex(self.device.index or 0)
+            try:
+                nvml.nvmlInit()
+            except nvml.NVMLError as error:
+                return self._without_nvml(f"NVML did not start ({error})")
+            try:
+                handle = nvml_handle(nvml, self.device)
+            except nvml.NVMLError as error:
+                nvml.nvmlShutdown()
+                return self._without_nvml(f"NVML does not know {self.device} ({error})")
             return lambda: (float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
                             nvml.nvmlDeviceGetMemoryInfo(handle).used / MIB)
         import psutil
@@ -87,6 +105,12 @@ class UtilizationMonitor:
         process, cores = psutil.Process(), logical_cores() or 1
         process.cpu_percent(None)  # the first call only starts the clock
         return lambda: (process.cpu_percent(None) / cores, process.memory_info().rss / MIB)
+
+    def _without_nvml(self, reason: str):
+        """psutil's reader instead of NVML's, saying why."""
+        print(f"{reason}: measuring with psutil instead.")
+        self._nvml, self.source = None, PSUTIL_MEANING
+        return self._reader()
 
     def _run(self, read, started: float) -> None:
         while not self._stop.wait(self.interval):
