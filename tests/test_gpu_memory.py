@@ -9,7 +9,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlgpu_helpers.gpu.memory import BatchSearch, find_max_batch_size, peak_memory, within_budget
+from rlgpu_helpers.gpu.memory import (
+    BatchSearch,
+    find_max_batch_size,
+    is_out_of_memory,
+    peak_memory,
+    try_to_fit,
+    within_budget,
+)
 
 
 def rule_step(bytes_per_sample: int, fixed: int, limit_bytes: int):
@@ -36,6 +43,34 @@ def test_the_search_finds_a_limit_that_is_not_a_power_of_two_exactly():
     assert search.first_failure == 413
     assert search.trials[:10] == tuple((2**k, True) for k in range(9)) + ((512, False),)  # doubling first
     assert search.batch_size == math.floor(412 * 0.9)
+
+
+@pytest.mark.parametrize("error", [
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"),
+    RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported"),
+])
+def test_a_library_s_allocation_failure_counts_as_not_fitting(error):
+    def step(batch):
+        if batch > 300:
+            raise error
+    assert is_out_of_memory(error)
+    search = find_max_batch_size(step, "cpu", budget_bytes=2**30)
+    assert search.largest_fit == 300 and search.first_failure == 301
+    assert try_to_fit(lambda: step(301), "cpu") == (None, str(error).splitlines()[0])
+    assert try_to_fit(lambda: step(3) or "ran", "cpu") == ("ran", None)
+
+
+@pytest.mark.parametrize("error", [RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x3 and 5x6)"),
+                                   ValueError("CUBLAS_STATUS_ALLOC_FAILED in a ValueError is not the library's")])
+def test_any_other_error_stops_the_search_as_it_is(error):
+    def step(batch):
+        if batch > 300:
+            raise error
+    assert not is_out_of_memory(error)
+    with pytest.raises(type(error), match=str(error)[:20]):
+        find_max_batch_size(step, "cpu", budget_bytes=2**30)
 
 
 @settings(max_examples=8, deadline=None)  # each trial runs under the profiler

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from ..core.checks import check_choice, check_choices, check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label
-from ..gpu.memory import MIB, OUT_OF_MEMORY, find_max_batch_size, peak_memory, release_memory
+from ..gpu.memory import MIB, find_max_batch_size, peak_memory, release_memory, try_to_fit
 from ..gpu.monitor import UtilizationMonitor
 from ..learn.nets import ActorCritic
 from ..learn.ppo import PPO, PPOConfig, suggested_settings
@@ -143,17 +143,14 @@ def batch_sweep(device: str | torch.device | None = None, *, networks=tuple(NETW
         if network not in steps:
             steps[network] = UpdateStep(network, device)
         step = steps[network]
-        failed = False
-        try:
-            rate, spread = _rate(step, batch, device)
-            peak = peak_memory(functools.partial(step, batch), device)
-        except OUT_OF_MEMORY:
-            failed = True
-        if failed:  # recovered outside the except block (see gpu.memory)
-            release_memory(device)
+        measured, why = try_to_fit(lambda: (_rate(step, batch, device),
+                                            peak_memory(functools.partial(step, batch), device)), device)
+        if why is not None:
             too_big.add(network)
-            print(f"{NETWORKS[network]}: batch {batch:,} ran out of {device.type} memory; no larger batch measured")
+            print(f"{NETWORKS[network]}: batch {batch:,} ran out of {device.type} memory ({why}); "
+                  "no larger batch measured")
             continue
+        (rate, spread), peak = measured
         params = {"batch_size": batch, "device": device.type}
         records.append(Record(NAME, NETWORKS[network], "throughput", rate, "samples/s", params, spread, label))
         records.append(Record(NAME, NETWORKS[network], "peak memory", peak / MIB, "MiB", params, None, label))

@@ -33,7 +33,7 @@ import torch
 from ..core.checks import check_choices, check_ints, check_number
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label
-from ..gpu.memory import OUT_OF_MEMORY, release_memory
+from ..gpu.memory import try_to_fit
 from .claims import CLAIMS, Verdict, judge
 from .records import Record, check_records
 from .report import Table, format_number
@@ -113,15 +113,12 @@ def choose_num_envs(settings: dict, device: str | torch.device | None = None, *,
     trial_s = check_number("trial_s", pick(full=20.0, quick=1.0) if trial_s is None else trial_s, above=0)
     curves, reasons = {}, []
     for n in candidates:
-        failed = False
-        try:
-            curves[n] = run_ours(trial_s, seed=seed, device=device, **{**settings, "num_envs": n})
-        except OUT_OF_MEMORY:
-            failed = True
-        if failed:
-            release_memory(device)
-            reasons.append(f"{n:,} games did not fit in the device's memory: larger numbers not tried")
+        curve, why = try_to_fit(lambda n=n: run_ours(trial_s, seed=seed, device=device, **{**settings, "num_envs": n}),
+                                device)
+        if why is not None:
+            reasons.append(f"{n:,} games did not fit in the device's memory ({why}): larger numbers not tried")
             break
+        curves[n] = curve
     if not curves:
         raise RuntimeError(f"not even {candidates[0]:,} games fit in the memory of {device}")
     scores = {n: average_score(curve) for n, curve in curves.items()}

@@ -76,6 +76,7 @@ from ..core.checks import (
 )
 from ..core.config import pick
 from ..core.device import device_report, get_device, logical_cores, machine_label
+from ..gpu.memory import try_to_fit
 from ..gpu.sync import SyncRow, audit_syncs
 from ..snake import rules
 from ..snake.cpu_vector import VECTOR_KINDS, make_cpu_vector_env
@@ -234,12 +235,13 @@ def _steps_per_second(step: Callable[[], object], steps_per_call: int,
     return timing.rate(steps_per_call)
 
 
-def _out_of_memory_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions a device raises when an allocation does not fit (CUDA's, where torch has it)."""
-    errors = tuple(getattr(torch, name) for name in ("OutOfMemoryError",) if hasattr(torch, name))
-    if hasattr(torch, "cuda") and hasattr(torch.cuda, "OutOfMemoryError"):
-        errors += (torch.cuda.OutOfMemoryError,)
-    return errors
+def _measure(make, timed_on: torch.device) -> tuple[float, float]:
+    """Build a job's env, time it (:func:`_steps_per_second`) and close it."""
+    step, steps_per_call, close = make()
+    try:
+        return _steps_per_second(step, steps_per_call, timed_on)
+    finally:
+        close()
 
 
 def _run_jobs(jobs: Sequence[_Job], name: str, machine: str, progress: bool, desc: str) -> list[Record]:
@@ -259,38 +261,19 @@ def _run_jobs(jobs: Sequence[_Job], name: str, machine: str, progress: bool, des
                 continue
             if variant in too_big and n >= too_big[variant]:
                 continue
-            out_of_memory = None
             try:
-                step, steps_per_call, close = make()
-                try:
-                    value, spread = _steps_per_second(step, steps_per_call, timed_on)
-                finally:
-                    close()
+                measured, out_of_memory = try_to_fit(lambda: _measure(make, timed_on), timed_on)
             except _NoSubprocesses:
                 no_subprocesses = True  # nothing measured: no record rather than a mislabelled one
                 continue
-            except _out_of_memory_errors() as error:
-                out_of_memory = str(error).splitlines()[0][:160]
             if out_of_memory is not None:
-                # Recovered here, outside the except block: the traceback no longer holds the
-                # env's tensors, so their memory can go back to the allocator.
-                step = close = None
-                _release_memory(timed_on)
                 too_big[variant] = n
                 print(f"{variant} at N={n:,} did not fit in {timed_on.type} memory ({out_of_memory}): "
                       "no record, and none at larger N")
                 continue
+            value, spread = measured
             records.append(Record(name, variant, METRIC, value, UNIT, dict(params), spread, machine))
     return records
-
-
-def _release_memory(device: torch.device) -> None:
-    """Hand cached blocks back after an out-of-memory error, so the next job starts clean."""
-    import gc
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _loop_jobs(obs_type: str) -> list[_Job]:

@@ -9,10 +9,12 @@ does one step take?" and "how big a batch fits?":
   because the cache keeps freed blocks). On a CPU it is the profiler's memory accounting
   (``profile_memory=True``): every allocation and free the CPU allocator reports while the call
   runs, added up in time order; the peak of that running sum.
-* :func:`find_max_batch_size` doubles the batch until a step raises ``torch.OutOfMemoryError``,
-  then bisects between the last batch that fit and the first that did not. The error is
-  recovered *outside* the ``except`` block: inside it the traceback still holds the failed
-  step's tensors, so their memory could not go back to the allocator (pytorch/pytorch#18853).
+* :func:`find_max_batch_size` doubles the batch until a step runs out of memory, then bisects
+  between the last batch that fit and the first that did not. Running out of memory is
+  ``torch.OutOfMemoryError``, or a CUDA library's own allocation failure, which reaches Python as
+  a plain ``RuntimeError`` (cuBLAS's "CUBLAS_STATUS_ALLOC_FAILED"): :func:`try_to_fit` tells
+  them apart from real errors, and recovers *outside* the ``except`` block, since inside it the
+  traceback still holds the failed step's tensors (pytorch/pytorch#18853).
   It returns the largest batch that fits, and that batch less a safety margin: memory
   fragments, and a step that fits once may not fit beside what the next iteration keeps.
 
@@ -36,9 +38,41 @@ from ..bench.launch import quiet_profiler
 from ..core.checks import check_int, check_number
 from ..core.device import get_device, synchronize
 
-OUT_OF_MEMORY = (torch.OutOfMemoryError,)
-"""What a device raises when an allocation does not fit (``torch.cuda.OutOfMemoryError`` is it)."""
+ALLOCATION_FAILURES = (
+    "CUDA error: out of memory",  # an allocation outside the caching allocator (a kernel's, a context's)
+    "CUBLAS_STATUS_ALLOC_FAILED",  # cuBLAS's handle or workspace, at the first matmul of a new shape
+    "CUDNN_STATUS_ALLOC_FAILED",  # cuDNN's workspace
+    "CUSOLVER_STATUS_ALLOC_FAILED",
+    "CUSPARSE_STATUS_ALLOC_FAILED",
+    "CUFFT_ALLOC_FAILED",
+)
+"""What the plain ``RuntimeError`` of a CUDA library says when its own allocation fails."""
 MIB = 2**20
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` says that memory ran out: ``torch.OutOfMemoryError`` (the caching allocator's),
+    or the plain ``RuntimeError`` of a CUDA library whose own allocation failed (:data:`ALLOCATION_FAILURES`)."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in ALLOCATION_FAILURES)
+
+
+def try_to_fit(fn: Callable[[], object], device: str | torch.device | None = None) -> tuple[object, str | None]:
+    """``(fn(), None)``, or ``(None, why)`` when ``fn`` ran out of memory (:func:`is_out_of_memory`).
+
+    After a failure the memory is handed back (:func:`release_memory`) outside the ``except``
+    block: inside it the traceback still holds the failed call's tensors (pytorch/pytorch#18853).
+    ``why`` is the first line of the error. Any other error goes up as it is.
+    """
+    try:
+        return fn(), None
+    except (torch.OutOfMemoryError, RuntimeError) as error:
+        if not is_out_of_memory(error):
+            raise
+        why = str(error).splitlines()[0][:160]
+    release_memory(device)
+    return None, why
 
 
 def _check_callable(name: str, fn) -> None:
@@ -134,15 +168,8 @@ class BatchSearch:
 
 
 def _fits(step: Callable[[int], object], batch: int, device: torch.device) -> bool:
-    """Whether ``step(batch)`` ran without running out of memory; cleaned up outside ``except``."""
-    failed = False
-    try:
-        step(batch)
-    except OUT_OF_MEMORY:
-        failed = True  # no `as error`: nothing keeps the traceback, and its frames' tensors, alive
-    if failed:
-        release_memory(device)
-    return not failed
+    """Whether ``step(batch)`` ran without running out of memory."""
+    return try_to_fit(lambda: step(batch), device)[1] is None
 
 
 def find_max_batch_size(step: Callable[[int], object], device: str | torch.device | None = None, *,
