@@ -75,6 +75,17 @@ def test_a_bad_action_raises_once_the_device_has_caught_up():
     assert all(torch.equal(before[name], after[name]) for name in before)  # the random stream too
 
 
+def test_capturing_the_checked_step_is_refused_with_the_way_out():
+    from rlgpu_helpers.gpu.graphs import CapturedStep
+
+    env = VecSnake(256, 10, 10, device=CUDA, seed=0)  # check_action_values=True
+    step = CapturedStep(env.step, CUDA, warmup=1)
+    a = random_actions(2, 256)
+    step(a[0])  # the warm-up runs eagerly
+    with pytest.raises(RuntimeError, match=r"check_action_values=False"):
+        step(a[1])  # the capture
+
+
 @pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
 def test_the_same_seed_gives_the_same_games_on_cpu_and_cuda(obs_type):
     cpu = VecSnake(512, 8, 9, obs_type=obs_type, device="cpu", seed=7)

@@ -175,3 +175,17 @@ def test_recording_never_waits():
     check = DeferredCheck("cpu", describe)
     values = torch.tensor([0, 7, 1])
     assert audit_syncs(lambda: check.record(values > 2, values), "cpu").total == 0
+
+
+def test_a_deferred_check_refuses_to_run_inside_a_cuda_graph_capture(monkeypatch):
+    """Inside a capture its event query would be illegal, and replays would report nothing: a clear error instead."""
+    check = DeferredCheck("cpu", describe)
+    values = torch.tensor([0, 7, 1])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    for call in (lambda: check.record(values > 2, values), check.raise_if_failed):
+        with pytest.raises(RuntimeError, match=r"^a DeferredCheck cannot run inside a CUDA graph capture.*"
+                                               r"VecSnake\(check_action_values=False\)"):
+            call()
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert check.record(values > 2, values)  # outside a capture it works as before

@@ -355,8 +355,18 @@ class DeferredCheck:
             self._event = torch.cuda.Event() if cuda else None
         self._host_view = self._host.numpy()  # read with NumPy: no torch operator, no audit row
 
+    @staticmethod
+    def _refuse_capture() -> None:
+        """A CUDA graph cannot hold the check: querying its event while capturing is illegal
+        (cudaErrorStreamCaptureUnsupported), and a replay would note failures no one reads."""
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("a DeferredCheck cannot run inside a CUDA graph capture: its event cannot be queried "
+                               "while capturing, and replays would report nothing. Capture the code without the "
+                               "check (VecSnake(check_action_values=False)) and check the inputs before replaying")
+
     def record(self, bad: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Note the first bad value (device operations only); returns the 0-d ``pending`` flag."""
+        self._refuse_capture()
         self._calls += 1
         self._calls_on_device.add_(1)
         first = bad.view(torch.uint8).argmax().view(1)
@@ -372,6 +382,7 @@ class DeferredCheck:
 
     def raise_if_failed(self) -> None:
         """Raise the recorded failure if its note has reached the host; never waits."""
+        self._refuse_capture()
         if self._event is not None and not self._event.query():
             return
         failed, call, index, value = (int(v) for v in self._host_view)
