@@ -11,6 +11,7 @@ from rlgpu_helpers.bench.graphs import (
     LAUNCH_NAME,
     NAME,
     OP_NAME,
+    CudaGraphsSkipped,
     launch_records,
     leanrl_checks,
     op_time_by_size,
@@ -18,7 +19,9 @@ from rlgpu_helpers.bench.graphs import (
     step_records,
     step_table,
 )
+from rlgpu_helpers.bench import graphs as graphs_suite
 from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.gpu.graphs import Compiled
 
 
 @pytest.fixture(autouse=True)
@@ -58,3 +61,16 @@ def test_leanrl_claims_are_not_measured_without_gpu_records_and_judged_with_them
     assert checks["leanrl-ppo-atari"].verdict.measured == pytest.approx(6.0)
     assert checks["leanrl-ppo-atari"].outcome == "held"
     assert checks["leanrl-compile-alone"].outcome == "held"
+
+
+def test_a_compile_without_its_cuda_graphs_is_not_timed_as_graphed(monkeypatch, capsys):
+    """Inductor may compile ``reduce-overhead`` without CUDA graphs (a part that mutates its inputs): that part
+    would run as compiled, so it is named and left out, not timed under the graphed mode's name."""
+    reason = "skipping cudagraphs due to mutated inputs (2 instances)"
+    monkeypatch.setattr(graphs_suite, "compile_step", lambda fn, *args, mode, fullgraph, device: Compiled(
+        fn, 1.0, mode, fullgraph, (reason,)))
+    with pytest.raises(CudaGraphsSkipped, match=r"^env at N=16: Inductor skipped the CUDA graphs .*mutated inputs"):
+        part_call("env", COMPILED, 16, "cpu")
+    records = step_records("cpu", parts=("env",), num_envs=(16,), progress=False)
+    assert {r.variant for r in records} == {EAGER}
+    assert f"env at N=16: Inductor skipped the CUDA graphs of reduce-overhead ({reason})" in capsys.readouterr().out

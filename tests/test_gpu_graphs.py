@@ -11,6 +11,7 @@ from rlgpu_helpers.gpu.graphs import (
     CapturedStep,
     choose_settings,
     compile_step,
+    cuda_graph_skips,
     graph_breaks,
     graph_safe_adam,
     load_optimizer_state,
@@ -88,6 +89,23 @@ def test_a_compiled_bf16_learner_iterates_with_its_forward_passes_in_bf16():
         compiled, eager, fp32 = torch.compile(logits)(obs), logits(obs), learner.model.logits(obs)
     torch.testing.assert_close(compiled, eager, rtol=0.05, atol=0.05)  # both in bf16 ...
     assert not torch.allclose(compiled, fp32, rtol=0, atol=1e-6)  # ... which rounds what fp32 keeps
+
+
+def test_reduce_overhead_says_when_its_cuda_graphs_did_not_come(capfd):
+    def bump(x, counter):  # mutates an input
+        counter.add_(1)
+        return x * 2
+
+    x, counter = torch.ones(4), torch.zeros(())
+    assert compile_step(bump, x, counter, mode="default").cuda_graphs_skipped == ()
+    skipped = compile_step(bump, x, counter, mode="reduce-overhead").cuda_graphs_skipped  # no CUDA graphs on a CPU
+    assert len(skipped) == 1 and "skipped CUDA graphs" in skipped[0]
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    with cuda_graph_skips() as reasons:  # how Inductor reports a skip on CUDA: a warning, and a count
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1 instances)")
+    assert reasons == ["skipping cudagraphs due to mutated inputs (1 instances)"]
+    assert capfd.readouterr().err == ""  # collected, not printed
 
 
 def test_the_graph_breaks_of_the_checked_step_are_found_and_the_unchecked_step_has_none():
@@ -282,3 +300,19 @@ def test_a_resumed_captured_learner_reads_the_learning_rate_it_is_given(algorith
     assert resumed._update_fn.graph is not None
     for old, new in zip(before, resumed.model.parameters()):
         assert torch.equal(old, new)
+
+
+@CUDA_ONLY
+def test_reduce_overhead_on_the_env_step_either_replays_equal_steps_or_says_why_not():
+    """The env step mutates its state: Inductor may skip its CUDA graphs. Either way the answer is honest."""
+    eager = VecSnake(256, 8, 8, device="cuda", seed=3, check_action_values=False)
+    graphed = VecSnake(256, 8, 8, device="cuda", seed=3, check_action_values=False)
+    moves = actions(20, 256, "cuda")
+    compiled = compile_step(graphed._step, moves[0], mode="reduce-overhead", device="cuda")
+    eager._step(moves[0])
+    if compiled.cuda_graphs_skipped:
+        assert all("skip" in reason for reason in compiled.cuda_graphs_skipped), compiled.cuda_graphs_skipped
+    for a in moves[1:]:
+        got = [t.clone() for t in outputs(compiled.fn(a))]
+        for want, have in zip(outputs(eager._step(a)), got):
+            assert torch.equal(want, have)

@@ -18,7 +18,8 @@
   (``torch.compile`` replaying CUDA graphs; on a CPU it is the default mode, so not measured
   twice); ``"CUDA graph (by hand)"`` (``gpu.graphs.CapturedStep``; for the iteration:
   ``cuda_graphs=True``, and ``compile=True`` too). On a CPU the CUDA-graph modes are skipped
-  (:data:`SKIPPED_ON_CPU`).
+  (:data:`SKIPPED_ON_CPU`). Where Inductor compiles ``reduce-overhead`` without its CUDA graphs
+  (a part that mutates its inputs), that part is not timed as graphed: the reason is printed.
 * ``"graphs_compile"``: seconds of each part's first compiled call (the compile) or capture.
 """
 
@@ -107,11 +108,17 @@ def _learner(num_envs: int, device: torch.device, **settings) -> PPO:
                          hidden=HIDDEN, device=str(device), **settings))
 
 
+class CudaGraphsSkipped(RuntimeError):
+    """``reduce-overhead`` compiled without its CUDA graphs: timing it would time the compiled mode under its name."""
+
+
 def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | None = None):
     """``(call, setup_seconds)``: one call of ``part`` in ``mode`` at N games, compiled or captured already.
 
     ``setup_seconds`` is the compile (first compiled call) or the capture (warm-up and capture
-    calls), None in eager mode. Raises ValueError for a CUDA-graph mode on a CPU.
+    calls), None in eager mode. Raises ValueError for a CUDA-graph mode on a CPU, and
+    :class:`CudaGraphsSkipped` when Inductor compiled ``reduce-overhead`` without CUDA graphs
+    (it does so for a function that mutates its inputs, such as the env step).
     """
     (part,), (mode,) = check_choices("part", (part,), PARTS), check_choices("mode", (mode,), MODES)
     device = get_device(device, param="device")
@@ -145,6 +152,9 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
     if mode in (COMPILED, REDUCE):
         compiled = compile_step(fn, *args, mode="default" if mode == COMPILED else REDUCE,
                                 fullgraph=part != "update", device=device)
+        if compiled.cuda_graphs_skipped:
+            raise CudaGraphsSkipped(f"{part} at N={num_envs:,}: Inductor skipped the CUDA graphs of reduce-overhead "
+                                    f"({'; '.join(compiled.cuda_graphs_skipped)}), so it would run as compiled")
         return (lambda: compiled.fn(*args)), compiled.compile_seconds
     return _setup(CapturedStep(fn, device), args, mode, device, warmups=3)
 
@@ -170,7 +180,12 @@ def step_records(device: str | torch.device | None = None, *, parts=None, modes=
             for mode in modes if not (part == "iteration" and mode == REDUCE)]
     label, records = _label(device), []
     for part, mode, n in tqdm(jobs, desc="graphs", disable=not progress):
-        call, setup = part_call(part, mode, n, device)
+        try:
+            call, setup = part_call(part, mode, n, device)
+        except CudaGraphsSkipped as skipped:
+            print(f"{skipped}: not timed.")
+            torch._dynamo.reset()
+            continue
         probe = time_callable(call, warmup=1, repeats=1, device=device).median
         number = max(1, math.ceil(pick(full=0.1, quick=0.02) / max(probe, 1e-9)))
         timing = time_callable(call, warmup=1, repeats=pick(full=5, quick=3), number=number, device=device)

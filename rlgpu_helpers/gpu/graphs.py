@@ -28,6 +28,7 @@ precision policy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -56,12 +57,49 @@ logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(_DropProfiler
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
-    """A compiled function, and the seconds its first call took (the compile, mostly)."""
+    """A compiled function, and the seconds its first call took (the compile, mostly).
+
+    ``cuda_graphs_skipped``: under ``mode="reduce-overhead"``, why Inductor did not replay the
+    compiled code as CUDA graphs after all (one reason per graph it skipped; empty when it did,
+    and in the default mode). Inductor skips them quietly, for instance for a function that
+    mutates its inputs, and the call then runs as in the default mode: time it as graphed and
+    the number is a lie.
+    """
 
     fn: Callable
     compile_seconds: float
     mode: str
     fullgraph: bool
+    cuda_graphs_skipped: tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def cuda_graph_skips():
+    """Collect, as a list, why Inductor skips CUDA graphs under ``reduce-overhead`` while the block runs.
+
+    Inductor logs each skip as a warning (on standard error: kept off it here) and counts it; on
+    a CPU it only counts. The list holds each logged reason, or a count where only counting happened.
+    """
+    from torch._dynamo.utils import counters
+
+    reasons: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            reasons.append(record.getMessage())
+
+    logger = logging.getLogger("torch._inductor.cudagraph_utils.__cudagraphs")
+    handler, propagate, before = Collect(), logger.propagate, counters["inductor"]["cudagraph_skips"]
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield reasons
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        unexplained = counters["inductor"]["cudagraph_skips"] - before - len(reasons)
+        if unexplained > 0:
+            reasons.append(f"Inductor skipped CUDA graphs for {unexplained} graph(s) without a reason")
 
 
 def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: bool = True,
@@ -70,7 +108,8 @@ def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: 
 
     The first call traces and compiles (seconds); later calls with inputs of the same shapes,
     dtypes and devices run the compiled code. ``fullgraph=True`` makes any graph break an error
-    instead of a silent split. The example call is real work: it runs ``fn`` once.
+    instead of a silent split. The example call is real work: it runs ``fn`` once. Under
+    ``reduce-overhead``, ``cuda_graphs_skipped`` says whether the CUDA graphs really came.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
@@ -80,9 +119,11 @@ def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: 
     compiled = torch.compile(fn, mode=None if mode == "default" else mode, fullgraph=fullgraph)
     synchronize(device)
     start = time.perf_counter()
-    compiled(*example_args)
-    synchronize(device)
-    return Compiled(compiled, time.perf_counter() - start, mode, fullgraph)
+    with cuda_graph_skips() as skipped:
+        compiled(*example_args)
+        synchronize(device)
+    seconds = time.perf_counter() - start
+    return Compiled(compiled, seconds, mode, fullgraph, tuple(skipped) if mode == "reduce-overhead" else ())
 
 
 @dataclasses.dataclass(frozen=True)
