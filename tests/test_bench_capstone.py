@@ -27,6 +27,7 @@ from rlgpu_helpers.bench.time_to_score import Curve
 from rlgpu_helpers.core.device import device_report, machine_label
 from rlgpu_helpers.gpu.graphs import choose_settings
 from rlgpu_helpers.gpu.precision import PrecisionPolicy
+from rlgpu_helpers.learn.ppo import PPO, PPOConfig
 
 TINY = {"height": 6, "width": 6, "num_envs": 16, "num_steps": 8, "hidden": 16, "obs_type": "features_reach"}
 
@@ -75,14 +76,14 @@ def test_running_out_of_memory_ends_the_search_for_games(monkeypatch):
         choose_num_envs(TINY, "cpu", trial_s=0)
 
 
-def test_a_policy_of_fp16_trains_ppo_in_fp32(monkeypatch):
+def test_a_policy_of_fp16_trains_ppo_in_fp16_with_its_grad_scaler(monkeypatch):
     import rlgpu_helpers.gpu.precision as precision
 
     t4 = PrecisionPolicy("cuda", "fp16", False, True, ("Tesla T4 has compute capability 7.5",))
     monkeypatch.setattr(precision, "precision_policy", lambda *args, **kwargs: t4)
     choice = choose_precision(TINY, "cpu")
-    assert choice.settings == {"precision": "fp32"}
-    assert "which PPO does not take" in choice.reasons[-1]
+    assert choice.settings == {"precision": "fp16"} and choice.reasons == t4.reasons
+    assert PPO(PPOConfig(**TINY, **choice.settings)).scaler is not None
 
 
 def test_a_compile_that_costs_more_than_it_saves_within_the_budget_loses():

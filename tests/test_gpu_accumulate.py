@@ -255,6 +255,41 @@ def test_an_accumulated_step_makes_no_host_sync():
     assert report.total == 0, report
 
 
+def test_a_grad_scaler_changes_nothing_but_the_scale_of_what_backward_sees():
+    """Scaling by a power of two and dividing it out again is exact in float32: with a scaler (and no fp16 in
+    the forward pass) the accumulated, clipped update is the plain one bit for bit."""
+    model, batch = make_case(MLP, 30)
+    twin = copy.deepcopy(model)
+    plain, scaled = torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.SGD(twin.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    for _ in range(3):
+        want = accumulated_step(plain, lambda rows: q_loss(model, rows), batch, accumulation_steps=4, max_grad_norm=0.5)
+        got = accumulated_step(scaled, lambda rows: q_loss(twin, rows), batch, accumulation_steps=4, max_grad_norm=0.5,
+                               scaler=scaler)
+        assert torch.equal(got.loss, want.loss) and torch.equal(got.grad_norm, want.grad_norm)  # unscaled both
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+
+
+def test_a_scaled_step_with_an_inf_gradient_is_skipped_and_the_scale_halved():
+    model, batch = make_case(MLP, 16)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)  # decides the skip itself: no host read
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    poisoned = (batch[0].clone(), batch[1], batch[2])
+    poisoned[0][3, 0] = float("inf")
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def step(rows):
+        return accumulated_step(optimizer, lambda part: q_loss(model, part), rows, accumulation_steps=2,
+                                max_grad_norm=0.5, scaler=scaler)
+
+    step(poisoned)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())) and scaler.get_scale() == 2.0**11
+    step(batch)
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters())) and scaler.get_scale() == 2.0**11
+    report = audit_syncs(lambda: step(poisoned), "cpu")
+    assert report.total == 0, report
+
+
 # ---------------------------------------------------------------------------- PPO
 
 SMALL_PPO = {"height": 6, "width": 6, "num_envs": 32, "num_steps": 8, "num_minibatches": 2, "hidden": 16, "seed": 4}

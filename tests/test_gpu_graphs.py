@@ -316,3 +316,17 @@ def test_reduce_overhead_on_the_env_step_either_replays_equal_steps_or_says_why_
         got = [t.clone() for t in outputs(compiled.fn(a))]
         for want, have in zip(outputs(eager._step(a)), got):
             assert torch.equal(want, have)
+
+
+@CUDA_ONLY
+@pytest.mark.parametrize("launches", [{}, {"compile": True}, {"cuda_graphs": True}])
+def test_ppo_in_fp16_with_its_grad_scaler_trains_on_cuda_without_a_sync(launches):
+    """A T4's precision: fp16 forward passes and a GradScaler whose skip the fused Adam decides on the device."""
+    learner = PPO(PPOConfig(num_envs=256, num_steps=16, hidden=32, precision="fp16", device="cuda", **launches))
+    first = [p.detach().clone() for p in learner.model.parameters()]
+    for i in range(4):
+        learner.iterate(i / 4)
+    assert any(not torch.equal(a, b) for a, b in zip(first, learner.model.parameters()))
+    assert learner.scaler.get_scale() > 0
+    report = audit_syncs(learner._update, "cuda")
+    assert report.total == 0, report

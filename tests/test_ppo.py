@@ -56,7 +56,6 @@ def test_gae_bootstraps_from_next_value_when_the_rollout_ends_mid_episode():
          r"accumulation_steps=17 is larger than the minibatch \(16 = num_envs \* num_steps / num_minibatches"),
         (dict(precision="fp8"), ValueError, "precision='fp8' must be one of"),
         (dict(target_kl=0.0), ValueError, "target_kl=0.0 must be a finite number > 0"),
-        (dict(precision="fp16"), ValueError, "precision='fp16' needs a GradScaler"),
         (dict(precision="tf32"), ValueError, "precision='tf32' needs a CUDA GPU"),
     ],
 )
@@ -125,6 +124,28 @@ def test_bf16_autocasts_each_forward_pass_and_keeps_the_rest_in_float32():
             after = bf16.model.logits(obs).float()
     assert (after - before).abs().max() > 0.01  # the update moved the policy ...
     torch.testing.assert_close(after, exact, atol=0.02, rtol=0.02)  # ... and the bf16 forward sees it
+
+
+def test_fp16_scales_its_loss_skips_a_poisoned_update_and_reads_nothing_on_the_host():
+    """fp16's forward passes, a GradScaler in the update (notebook 08): what a T4 trains in."""
+    fp16 = PPO(PPOConfig(height=6, width=6, num_envs=32, num_steps=8, hidden=16, seed=4, precision="fp16"))
+    matmuls = []
+    fp16.model.actor[-1].register_forward_hook(lambda module, args, out: matmuls.append(out.dtype))
+    fp16._collect()
+    assert set(matmuls) == {torch.float16} and fp16.logprobs.dtype == torch.float32
+    assert fp16.optimizer.defaults["fused"] and fp16.scaler.get_scale() == 2.0**16
+    before = [p.detach().clone() for p in fp16.model.parameters()]
+    report = audit_syncs(fp16._update, "cpu")
+    assert report.total == 0, report
+    assert not torch.equal(before[0], next(fp16.model.parameters()))  # it learns
+    fp16.advantages[0, 0] = float("nan")  # a poisoned rollout: every minibatch that holds it is skipped
+    moved = [p.detach().clone() for p in fp16.model.parameters()]
+    fp16._update_fn(torch.tensor([0, 1, 2]))
+    assert all(torch.equal(a, b) for a, b in zip(moved, fp16.model.parameters()))
+    assert fp16.scaler.get_scale() == 2.0**15
+    resumed = PPO(PPOConfig(height=6, width=6, num_envs=32, num_steps=8, hidden=16, seed=4, precision="fp16"))
+    resumed.load_state_dict(fp16.state_dict())
+    assert resumed.scaler.get_scale() == 2.0**15
 
 
 def test_target_kl_stops_the_update_after_the_epoch_that_moved_the_policy_too_far():

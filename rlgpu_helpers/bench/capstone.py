@@ -7,7 +7,7 @@ lessons, in order, each measuring on the device:
   judged by the score it learned, not by steps/s: more games per rollout make more steps/s
   but fewer updates each second, and past a point they slow the learning;
 * notebook 08, **the precision**: ``gpu.precision.precision_policy`` at the update's minibatch
-  size and network width. PPO takes no ``GradScaler``, so a policy of fp16 (a T4) trains in fp32;
+  size and network width (fp16 on a T4 comes with PPO's ``GradScaler``);
 * notebook 09, **the launches**: ``gpu.graphs.fastest_settings`` for the training budget, the
   compile or capture included: a compile that costs more than it saves within the budget loses.
 
@@ -134,7 +134,7 @@ def choose_num_envs(settings: dict, device: str | torch.device | None = None, *,
 
 
 def choose_precision(settings: dict, device: str | torch.device | None = None) -> Choice:
-    """Notebook 08's choice: ``precision_policy`` at the update's minibatch and width, as PPO can take it."""
+    """Notebook 08's choice: ``precision_policy`` at the update's minibatch and width."""
     from ..gpu.precision import precision_policy
     from ..learn.ppo import PPOConfig
 
@@ -144,11 +144,7 @@ def choose_precision(settings: dict, device: str | torch.device | None = None) -
     reasons = list(policy.reasons)
     if any("autocast measured" in reason for reason in reasons):
         reasons.append(f"measured on the update's shape: {config.hidden} wide, {minibatch:,} per minibatch")
-    precision = policy.precision
-    if precision == "fp16":
-        precision = "fp32"
-        reasons.append("fp16 needs a GradScaler in the update, which PPO does not take: fp32")
-    return Choice("08 precision", {"precision": precision}, tuple(reasons))
+    return Choice("08 precision", {"precision": policy.precision}, tuple(reasons))
 
 
 def choose_launches(settings: dict, device: str | torch.device | None = None, *, budget_s: float,

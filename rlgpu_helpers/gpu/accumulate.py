@@ -26,6 +26,12 @@ first K - 1 micro-batches should run inside ``model.no_sync()``, so that only th
 all-reduces: inside ``with sync_last_micro_batch_only(model.no_sync):`` :func:`accumulate_gradients`
 does that (notebook 10); outside it, nothing changes.
 
+With fp16 (notebook 08) a ``torch.amp.GradScaler`` joins in: each micro-batch's loss is multiplied
+by the scale before its ``backward``, the summed gradient is divided by it (``unscale_``) before
+it is clipped (clipping compares the true norm), and ``scaler.step`` skips a step whose gradient
+holds inf or NaN. ``scaler.step`` reads that verdict on the host unless the optimizer does it
+itself: a fused ``Adam`` does, so the update still queues without waiting.
+
 :func:`gradient_difference` and :func:`parameter_change` are the proof: the same model, the same
 batch, the gradient (or the optimizer's update) computed in one piece and accumulated, compared
 in any float type. In float64 the two agree to about 1e-16 of the gradient's size; in float32 to
@@ -169,7 +175,8 @@ def sync_last_micro_batch_only(no_sync: Callable[[], contextlib.AbstractContextM
 
 
 def accumulate_gradients(loss_fn: Callable[[object], torch.Tensor], batch, *, accumulation_steps: int | None = None,
-                         micro_batch_size: int | None = None, scaling: str = "share") -> torch.Tensor:
+                         micro_batch_size: int | None = None, scaling: str = "share",
+                         scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
     """Add into every ``.grad`` the gradient of the mean loss over ``batch``, one micro-batch at a time.
 
     ``loss_fn(micro_batch)`` returns the **mean** loss over the rows of the micro-batch it is
@@ -181,7 +188,8 @@ def accumulate_gradients(loss_fn: Callable[[object], torch.Tensor], batch, *, ac
 
     Returns the batch's loss (the sum of the scaled losses: the full-batch mean with
     ``"share"``), detached and on the loss's device: reading it is left to the caller, so nothing
-    here waits for the device.
+    here waits for the device. A ``scaler`` multiplies each loss by its scale for ``backward``
+    only: the gradients come out scaled (``scaler.unscale_`` divides them back), the loss does not.
     """
     scaling = check_choice("scaling", scaling, tuple(SCALINGS))
     if not callable(loss_fn):
@@ -192,12 +200,13 @@ def accumulate_gradients(loss_fn: Callable[[object], torch.Tensor], batch, *, ac
     for index, piece in enumerate(pieces):
         quiet = no_sync is not None and index < len(pieces) - 1
         with no_sync() if quiet else contextlib.nullcontext():  # DDP: no all-reduce before the last micro-batch
-            loss = _micro_batch_backward(loss_fn, piece, index, len(pieces), total_rows, scaling)
+            loss = _micro_batch_backward(loss_fn, piece, index, len(pieces), total_rows, scaling, scaler)
         total = loss if total is None else total + loss
     return total
 
 
-def _micro_batch_backward(loss_fn, piece, index: int, count: int, total_rows: int, scaling: str) -> torch.Tensor:
+def _micro_batch_backward(loss_fn, piece, index: int, count: int, total_rows: int, scaling: str,
+                          scaler: torch.amp.GradScaler | None) -> torch.Tensor:
     """One micro-batch's forward and backward, its loss scaled for ``scaling``; returns the scaled loss, detached."""
     loss = loss_fn(piece)
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
@@ -209,7 +218,7 @@ def _micro_batch_backward(loss_fn, piece, index: int, count: int, total_rows: in
             loss = loss * (_rows(piece) / total_rows)
         elif scaling == "1/K":
             loss = loss / count
-    loss.backward()
+    (loss if scaler is None else scaler.scale(loss)).backward()
     return loss.detach()
 
 
@@ -229,14 +238,21 @@ def _optimizer_parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor
 
 def accumulated_step(optimizer: torch.optim.Optimizer, loss_fn: Callable[[object], torch.Tensor], batch, *,
                      accumulation_steps: int | None = None, micro_batch_size: int | None = None,
-                     max_grad_norm: float | None = None, scaling: str = "share") -> AccumulatedStep:
+                     max_grad_norm: float | None = None, scaling: str = "share",
+                     scaler: torch.amp.GradScaler | None = None) -> AccumulatedStep:
     """One optimizer step on ``batch``, taken in micro-batches: the accumulated update.
 
     ``optimizer.zero_grad(set_to_none=True)``, then :func:`accumulate_gradients` (see it for
     ``loss_fn``, the split and ``scaling``), then, when ``max_grad_norm`` is given,
     ``clip_grad_norm_`` once on the summed gradient of every parameter the optimizer holds, and
     ``optimizer.step()``. With ``accumulation_steps=1`` it is the ordinary update, operation for
-    operation.
+    operation. With an fp16 ``scaler`` (the module docstring):
+
+        for each micro-batch: scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)         # the true gradient, before clipping measures it
+        clip_grad_norm_(...)
+        scaler.step(optimizer)             # skipped if the gradient holds inf or NaN
+        scaler.update()                    # halve the scale after a skip, grow it after a good run
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
@@ -245,11 +261,17 @@ def accumulated_step(optimizer: torch.optim.Optimizer, loss_fn: Callable[[object
     sizes = micro_batch_sizes(_rows(batch), accumulation_steps=accumulation_steps, micro_batch_size=micro_batch_size)
     optimizer.zero_grad(set_to_none=True)
     loss = accumulate_gradients(loss_fn, batch, accumulation_steps=accumulation_steps,
-                                micro_batch_size=micro_batch_size, scaling=scaling)
+                                micro_batch_size=micro_batch_size, scaling=scaling, scaler=scaler)
+    if scaler is not None:
+        scaler.unscale_(optimizer)
     norm = None
     if max_grad_norm is not None:
         norm = nn.utils.clip_grad_norm_(_optimizer_parameters(optimizer), max_grad_norm)
-    optimizer.step()
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+        scaler.update()
     return AccumulatedStep(loss, norm, sizes)
 
 

@@ -238,17 +238,19 @@ def with_launch_settings(fn: Callable, device: str | torch.device, *, compile: b
     return fn
 
 
-def graph_safe_adam(params, lr: float, *, eps: float = 1e-8, device: str | torch.device | None = None
-                    ) -> torch.optim.Adam:
+def graph_safe_adam(params, lr: float, *, eps: float = 1e-8, device: str | torch.device | None = None,
+                    fused: bool | None = None) -> torch.optim.Adam:
     """``Adam`` whose step can be captured in a CUDA graph or compiled without recompiling.
 
     The learning rate is a 0-d tensor on ``device`` (change it with :func:`set_learning_rate`:
     in place, so a captured step reads the new value), and on CUDA ``capturable=True`` keeps
-    Adam's step counter on the GPU, so its bias correction needs no host value.
+    Adam's step counter on the GPU, so its bias correction needs no host value. ``fused`` as
+    for ``Adam`` (a GradScaler's step reads nothing on the host with a fused Adam).
     """
     device = get_device(device, param="device")
     lr = check_number("lr", lr, above=0)
-    return torch.optim.Adam(params, lr=torch.tensor(lr, device=device), eps=eps, capturable=device.type == "cuda")
+    return torch.optim.Adam(params, lr=torch.tensor(lr, device=device), eps=eps, capturable=device.type == "cuda",
+                            fused=fused)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -21,7 +21,11 @@ Mixed precision (notebook 08): ``PPOConfig.precision = "bf16"`` runs every forwa
 model (acting, the critic, the loss) inside its own bf16 autocast region
 (``gpu.precision.precision_context``) and takes the outputs back to float32 before anything
 else: log-probabilities, ratios, advantages and losses stay float32, and no autocast region is
-open during ``backward`` or an optimizer step.
+open during ``backward`` or an optimizer step. ``"fp16"`` does the same in fp16 (the format of
+a T4's tensor cores) and adds a ``torch.amp.GradScaler`` to the update
+(``gpu.accumulate.accumulated_step``): the loss is scaled before ``backward``, the gradient
+unscaled before clipping, and a step with inf or NaN in it is skipped. Its Adam is fused, so that
+the scaler's skip is decided on the device and the update still reads nothing on the host.
 
 Fewer launches (notebook 09): ``PPOConfig.compile`` runs the rollout step (acting, the env step,
 the storage writes), GAE and the minibatch update through ``torch.compile``;
@@ -97,8 +101,8 @@ class PPOConfig:
     """Width of the hidden layers."""
     precision: str = "fp32"
     """The forward passes' precision (notebook 08): ``"fp32"`` (no autocast or TF32 setting of its own),
-    ``"tf32"`` (float32 with TF32 matmuls, CUDA only) or ``"bf16"`` (autocast around each forward pass
-    only). fp16 would need a GradScaler in the update, which PPO does not take."""
+    ``"tf32"`` (float32 with TF32 matmuls, CUDA only), ``"bf16"`` (autocast around each forward pass
+    only) or ``"fp16"`` (the same autocast in fp16, and a GradScaler in the update)."""
     compile: bool = False
     """Run the rollout step, GAE and the minibatch update through ``torch.compile`` (notebook 09). The
     first iteration pays the compile (seconds); ``gpu.graphs.fastest_settings`` measures whether it pays."""
@@ -117,9 +121,7 @@ class PPOConfig:
             check_bool(name, getattr(self, name))
         check_seed("seed", self.seed)
         device = get_device(self.device, param="device")
-        if check_precision("precision", self.precision) == "fp16":
-            raise ValueError("precision='fp16' needs a GradScaler in the update, which PPO does not take: "
-                             "use 'bf16' (no scaler needed) or 'fp32'")
+        check_precision("precision", self.precision)
         if self.precision == "tf32" and device.type != "cuda":
             raise ValueError(f"precision='tf32' needs a CUDA GPU, not device={self.device!r}")
         if self.cuda_graphs and device.type != "cuda":
@@ -201,10 +203,13 @@ class PPO:
         )
         obs_shape = self.env.single_observation_space.shape
         self.model = ActorCritic(obs_shape, hidden=c.hidden).to(self.device)
+        fused = True if c.precision == "fp16" else None  # the GradScaler's skip decided on the device
         if c.compile or c.cuda_graphs:
-            self.optimizer = graph_safe_adam(self.model.parameters(), c.learning_rate, eps=1e-5, device=self.device)
+            self.optimizer = graph_safe_adam(self.model.parameters(), c.learning_rate, eps=1e-5, device=self.device,
+                                             fused=fused)
         else:
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=1e-5)
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=1e-5, fused=fused)
+        self.scaler = torch.amp.GradScaler(self.device.type) if c.precision == "fp16" else None
         T, N, dev = c.num_steps, c.num_envs, self.device
         self.obs = torch.zeros(T, N, *obs_shape, device=dev)
         self.actions = torch.zeros(T, N, dtype=torch.int64, device=dev)
@@ -321,8 +326,8 @@ class PPO:
     def _minibatch_update(self, idx: torch.Tensor) -> torch.Tensor:
         """One optimizer step on the minibatch ``idx`` (accumulated over ``accumulation_steps``); returns the loss."""
         c = self.config
-        return accumulated_step(self.optimizer, self._minibatch_loss(idx), idx,
-                                accumulation_steps=c.accumulation_steps, max_grad_norm=c.max_grad_norm).loss
+        return accumulated_step(self.optimizer, self._minibatch_loss(idx), idx, accumulation_steps=c.accumulation_steps,
+                                max_grad_norm=c.max_grad_norm, scaler=self.scaler).loss
 
     def _approx_kl(self, idx: torch.Tensor) -> torch.Tensor:
         """KL(rollout policy || current policy) estimated on the transitions ``idx`` (``(r - 1) - log r``, r the ratio)."""
@@ -396,6 +401,7 @@ class PPO:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
             "env": self.env.state_dict(),
             "next_obs": self.next_obs,
             "env_steps": self.env_steps,
@@ -405,6 +411,8 @@ class PPO:
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"])
+        if self.scaler is not None and "scaler" in state:  # a run started in another precision has none
+            self.scaler.load_state_dict(state["scaler"])
         self.env.load_state_dict(state["env"])
         self.next_obs = state["next_obs"].to(self.device)
         self.env_steps = int(state["env_steps"])
