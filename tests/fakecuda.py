@@ -34,6 +34,8 @@ What is stood in for, and why:
   that record what they are asked to do (a graph counts its captures and replays);
 * ``Tensor.backward``: autograd cannot run on fake CUDA tensors in a CPU build (it asks for CUDA
   streams), so every leaf the graph reaches gets a zero gradient of its own shape, dtype and device;
+* ``torch._fused_adam_`` (a fused Adam's step, which an fp16 GradScaler relies on): fake tensors
+  have no kernel for its learning-rate-tensor form; the stand-in checks its tensors' devices;
 * ``nn.Module.to``, ``Tensor.__deepcopy__``, ``Tensor.data_ptr``, ``pin_memory`` and
   ``record_stream``, which do not work on fake tensors as they are.
 """
@@ -336,6 +338,17 @@ _CUDA_STAND_INS = {
 """``torch.cuda`` as the fake GPU answers it: the calls the package makes."""
 
 
+def _fused_adam(*args, **kwargs):
+    """``torch._fused_adam_`` (a fused Adam's whole step, a GradScaler's skip included): fake tensors have no
+    kernel for its learning-rate-tensor form. Stand-in: check that every tensor it gets is on the GPU, as the
+    kernel does, and leave the parameters as they are (the gradients are stand-ins anyway)."""
+    tensors = [t for a in (*args, *kwargs.values()) for t in (a if isinstance(a, (list, tuple)) else [a])
+               if isinstance(t, torch.Tensor)]
+    elsewhere = sorted({str(t.device) for t in tensors if not _on_cuda(t)})
+    if elsewhere:
+        raise RuntimeError(f"torch._fused_adam_ got tensors on {elsewhere} beside CUDA ones (fake CUDA)")
+
+
 def _backward(loss, gradient=None, retain_graph=None, create_graph=False, inputs=None):
     """``Tensor.backward``: a zero gradient for every leaf the graph reaches that has none (see the module
     docstring)."""
@@ -435,6 +448,8 @@ class _Intercept(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         this = args[0] if args and isinstance(args[0], torch.Tensor) else None
         fake = isinstance(this, FakeTensor)
+        if func is torch._fused_adam_:
+            return _fused_adam(*args, **kwargs)
         if fake and name in _HOST_READS:
             return self.host_read(this, name)
         if fake and name in self.stand_ins:
@@ -481,8 +496,9 @@ class _Intercept(TorchFunctionMode):
             device, dtype, non_blocking, memory_format = torch.device("cpu"), None, False, None
         elif name == "cuda":
             device, dtype, non_blocking, memory_format = CUDA, None, kwargs.get("non_blocking", False), None
-        else:
-            device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
+        else:  # _parse_to knows every form of .to's arguments but copy=
+            device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(
+                *args[1:], **{key: value for key, value in kwargs.items() if key != "copy"})
         if device is not None and device.type == "cuda":
             device = CUDA  # "cuda" means cuda:0
         if device is not None and device != t.device:
@@ -509,7 +525,8 @@ class _Intercept(TorchFunctionMode):
         return pinned
 
     def is_pinned(self, func, t, args=(), kwargs=None):
-        return getattr(t, "_fake_pinned", False)
+        """Marked pinned by ``pin_memory``, or a view of such a tensor (a slice of a pinned buffer)."""
+        return getattr(t, "_fake_pinned", False) or getattr(t._base, "_fake_pinned", False)
 
     def factory(self, func, args, kwargs):
         """``torch.zeros`` and friends: a host tensor made in a hot loop is noted; ``"cuda"`` means cuda:0."""

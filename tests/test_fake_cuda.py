@@ -17,9 +17,9 @@ own. By hand: ``PYTHONPATH=. python tests/test_fake_cuda.py GUARD_LIBRARY [CASE 
 (default: all) in one process and prints their results as JSON, each case's report
 (``FakeCuda.report``) and seconds included.
 
-Known bugs being fixed on main are marked xfail (strict): such a case may fail only with exactly
-its bug's problems (:class:`KnownBug`), so it cannot hide another failure, and it fails the run
-once the bug is fixed, to have its mark removed.
+The cases also guard two bugs this dry run found: a resumed learner with ``cuda_graphs=True``
+must read its learning rate from the device (``gpu.graphs.load_optimizer_state``), and a checked
+``VecSnake.step`` must refuse to be captured rather than query an event during the capture.
 """
 
 from __future__ import annotations
@@ -77,7 +77,10 @@ BUFFER_ALLOWED = {
     "host": {**STORE, **DRAW, **DELIVER},
     "memmap": {**STORE, **DRAW, **DELIVER},
     "pinned": {
-        **STORE, **DRAW,
+        "sync rlgpu_helpers/replay/pinned.py:_storage_written":
+            "add's copies into pinned memory do not wait; the host waits for them before it gathers a batch "
+            "from the storage (replay/pinned.py's docstring)",
+        **DRAW,
         "cpu-in-hot rlgpu_helpers/replay/pinned.py:_staging":
             "each prefetch gathers into fresh pinned staging tensors (PinnedReplayBuffer._staging's docstring)",
         "cpu-in-hot rlgpu_helpers/replay/pinned.py:_prefetch": "the prefetched indices are staged in pinned memory too",
@@ -98,30 +101,6 @@ BUFFER_ALLOWED = {
 
 
 @dataclasses.dataclass(frozen=True)
-class KnownBug:
-    """A bug being fixed on main: why its case is marked xfail, and the problems it shows, exactly."""
-
-    reason: str
-    shows: frozenset[str]
-
-
-class KnownBugShows(AssertionError):
-    """A case found exactly the problems of its known bug: the only failure its xfail mark accepts."""
-
-
-def lr_on_host(place: str) -> KnownBug:
-    """Bug (a): Adam's learning rate, loaded to the host, is a 0-d host operand of the captured optimizer step."""
-    return KnownBug("known bug (a), being fixed on main: resuming with cuda_graphs=True leaves Adam's lr tensor "
-                    "on the host after optimizer.load_state_dict, so the captured step bakes its value in",
-                    frozenset({f"capture {place}", f"cpu-scalar-in-hot {place}"}))
-
-
-EVENT_QUERY_IN_CAPTURE = KnownBug(
-    "known bug (b), being fixed on main: gpu.sync.DeferredCheck queries its event during a capture "
-    "(VecSnake.step with check_action_values=True)", frozenset({"capture rlgpu_helpers/gpu/sync.py:raise_if_failed"}))
-
-
-@dataclasses.dataclass(frozen=True)
 class Case:
     """A dry run: ``run(fc)`` works on fake CUDA inside ``fc.hot``; it returns facts to check (or None)."""
 
@@ -132,7 +111,6 @@ class Case:
     """Counters and facts the run must show, to prove it did its work (see ``FakeCuda``)."""
     allowed: dict = dataclasses.field(default_factory=dict)
     """The problems it must have, exactly: ``"kind file:function"`` -> why (documented, or planted)."""
-    known_bug: KnownBug | None = None
 
 
 CASES: dict[str, Case] = {}
@@ -159,9 +137,25 @@ for obs in OBS_TYPES:
     CASES[f"VecSnake {obs}, _step captured"] = Case(
         "vecsnake", functools.partial(step_env, obs_type=obs, captured=True, checked=False),
         {"calls": {"VecSnake._step": 3}, "captures": 1, "replays": STEPS - 2})
+
+
+def capture_checked_step(fc: FakeCuda) -> dict:
+    """``VecSnake.step`` with its action check, captured: refused, with the way out in the message."""
+    env = VecSnake(8, **SIZE, device="cuda", seed=0)
+    actions = torch.randint(0, 3, (8,), device="cuda")
+    fc.count_calls(VecSnake, "_step")
+    step = CapturedStep(env.step, "cuda")
+    with fc.hot("VecSnake.step"):
+        step(actions), step(actions)  # the warm-ups run eagerly
+        try:
+            step(actions)
+        except RuntimeError as error:
+            return {"refused": "check_action_values=False" in str(error)}
+    return {"refused": False}
+
+
 CASES["VecSnake features, checked step captured"] = Case(
-    "vecsnake", functools.partial(step_env, obs_type="features", captured=True),
-    {"calls": {"VecSnake._step": 3}, "captures": 1, "replays": STEPS - 2}, known_bug=EVENT_QUERY_IN_CAPTURE)
+    "vecsnake", capture_checked_step, {"calls": {"VecSnake._step": 2}, "captures": 1, "replays": 0, "refused": True})
 
 
 # ---------------------------------------------------------------------------- PPO
@@ -223,8 +217,15 @@ for obs, precision in (("features", "fp32"), ("grid", "bf16")):
                                         cuda_graphs=True),
         {"calls": {"VecSnake._step": 3}, "captures": 3, "replays": 9, "backwards": 3}, PPO_READ)
 CASES["PPO features fp32, cuda_graphs, resumed from a checkpoint"] = Case(
-    "ppo", resume_ppo, {"calls": {"VecSnake._step": 3}, "captures": 3, "replays": 9}, PPO_READ,
-    known_bug=lr_on_host("rlgpu_helpers/gpu/accumulate.py:accumulated_step"))
+    "ppo", resume_ppo, {"calls": {"VecSnake._step": 3}, "captures": 3, "replays": 9}, PPO_READ)
+# fp16: a GradScaler in the update, whose skip the fused Adam decides on the device.
+CASES["PPO features fp16"] = Case(
+    "ppo", functools.partial(iterate_ppo, precision="fp16"),
+    {"calls": {"VecSnake._step": PPO_SIZES["num_steps"]}, "backwards": PPO_BACKWARDS,
+     "logits dtypes": ["torch.float16"]}, PPO_READ)
+CASES["PPO features fp16, cuda_graphs"] = Case(
+    "ppo", functools.partial(iterate_ppo, iterations=3, precision="fp16", cuda_graphs=True),
+    {"calls": {"VecSnake._step": 3}, "captures": 3, "replays": 9, "backwards": 3}, PPO_READ)
 
 
 # ---------------------------------------------------------------------------- DQN
@@ -262,8 +263,7 @@ for kind in ("tensor", "prioritized"):
         DQN_READ)
 # The saved learner captures its graphs too: 4 captures and 6 replays in all.
 CASES["DQN buffer=tensor, cuda_graphs, resumed from a checkpoint"] = Case(
-    "dqn", resume_dqn, {"calls": {"DQN._learn": 3}, "captures": 4, "replays": 6}, DQN_READ,
-    known_bug=lr_on_host("rlgpu_helpers/learn/dqn.py:_td_update"))
+    "dqn", resume_dqn, {"calls": {"DQN._learn": 3}, "captures": 4, "replays": 6}, DQN_READ)
 
 
 # ---------------------------------------------------------------------------- planted bugs
@@ -409,22 +409,13 @@ def result_of(name: str, dry_runs: dict[str, Future]) -> dict:
     return result
 
 
-def case_param(name: str):
-    """Case ``name`` as a test parameter, marked xfail (strict) if a known bug shows in it."""
-    bug = CASES[name].known_bug
-    return pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=KnownBugShows, reason=bug.reason)
-                        if bug else ())
-
-
-@pytest.mark.parametrize("name", [case_param(name) for name in CASES if name not in PLANTED])
+@pytest.mark.parametrize("name", [name for name in CASES if name not in PLANTED])
 def test_dry_run_finds_only_the_documented_problems(name, dry_runs):
     result = result_of(name, dry_runs)
     case = CASES[name]
     unexpected = {problem["key"]: problem["line"] for problem in result["problems"]
                   if problem["key"] not in case.allowed}
     lines = "\n".join(unexpected.values())
-    if case.known_bug is not None and set(unexpected) == case.known_bug.shows:
-        raise KnownBugShows(f"{name}: {case.known_bug.reason}:\n{lines}")
     assert not unexpected, f"{name}: problems beyond the documented ones:\n{lines}"
     missing = set(case.allowed) - {problem["key"] for problem in result["problems"]}
     assert not missing, f"{name}: documented problems not found (is the documentation stale?): {sorted(missing)}"
