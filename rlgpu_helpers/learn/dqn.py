@@ -174,9 +174,8 @@ class DQN:
         if self.prioritized:
             self.buffer.beta = c.priority_beta + (1.0 - c.priority_beta) * min(budget_used, 1.0)
         steps = [self.act_and_learn(epsilon) for _ in range(c.steps_per_iteration)]
-        scores = torch.stack([score for score, _ in steps]).cpu()
-        finished = torch.stack([done for _, done in steps]).cpu()
-        return scores[finished]  # the one host read per iteration
+        scores = torch.stack([torch.where(done, score, -1) for score, done in steps]).cpu()  # the one host read
+        return scores[scores >= 0]
 
     def act_and_learn(self, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
         """One vector step: act, step the env, store the transitions, learn when due. No host read.

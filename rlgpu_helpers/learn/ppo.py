@@ -246,7 +246,8 @@ class PPO:
             self._update()
         self.env_steps += c.num_steps * c.num_envs
         self.iterations += 1
-        return self.scores.cpu()[self.finished.cpu()]  # the one host read per iteration
+        scores = torch.where(self.finished, self.scores, -1).cpu()  # the one host read per iteration
+        return scores[scores >= 0]
 
     def _collect(self):
         c = self.config
