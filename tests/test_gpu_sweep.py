@@ -61,7 +61,7 @@ def test_the_calls_go_by_value_each_fits_its_share_and_the_gpu_rows_fit_half_an_
     in_time = {step.suite for number in first for step in sweep.CALLS[number - 1].steps}
     assert in_time >= {name for name, suite in SUITES.items() if not suite.cpu_only}  # every notebook's GPU rows
     text = sweep.plan(1800)
-    assert "calls 1, 2, 3, 4 fit" in text and "left out: calls 5 (graphs: acting and the update;" in text
+    assert "calls 1, 2, 3, 4 fit" in text and "left out: call 5 (graphs: acting and the update;" in text
     assert "Budget 200 s: calls none fit" in sweep.plan(200)
 
 
@@ -87,16 +87,17 @@ def test_wheels_from_a_folder_that_lacks_them_are_refused_by_name(tmp_path, caps
     assert "--install-wheels: wheels=" in capsys.readouterr().err
 
 
-def test_a_gpu_run_needs_cuda_and_full_size(monkeypatch, capsys):
+def test_a_gpu_run_needs_full_size_and_cuda(monkeypatch, capsys):
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["1"])
+    assert exit_info.value.code == 2 and "RLGPU_QUICK is set" in capsys.readouterr().err
     monkeypatch.setenv("RLGPU_QUICK", "0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as exit_info:
         sweep.main(["1"])
-    assert exit_info.value.code == 2 and "--device='cuda': " in capsys.readouterr().err
-    monkeypatch.setenv("RLGPU_QUICK", "1")
-    with pytest.raises(SystemExit):
-        sweep.main(["1"])
-    assert "RLGPU_QUICK is set" in capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "--device='cuda': torch.cuda.is_available() is False" in capsys.readouterr().err
 
 
 def test_a_step_s_records_go_into_the_file_of_the_machine_that_made_them(monkeypatch, tmp_path):
@@ -154,7 +155,8 @@ def stubs(tmp_path, monkeypatch):
 
 
 def run(number, tmp_path, env, **options):
-    return sweep.run_call(number, device="cpu", data=tmp_path / "data", out=tmp_path / "out", env=env, **options)
+    return sweep.run_call(number, device="cpu", report=device_report("cpu"), data=tmp_path / "data",
+                          out=tmp_path / "out", env=env, **options)
 
 
 def log_of(tmp_path):

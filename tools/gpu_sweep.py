@@ -60,6 +60,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing: python tools/gpu_sweep.py
 
+import torch  # noqa: E402
+
 # Only torch and the package's core here: the suites import gymnasium, which on the GPU machine
 # exists only once --install-wheels has run, so they are imported in each step's own process.
 from rlgpu_helpers.core.config import QUICK_ENV_VAR, is_quick  # noqa: E402
@@ -68,8 +70,9 @@ from rlgpu_helpers.core.files import DATA_ENV_VAR, atomic_write  # noqa: E402
 
 CALL_S = 420
 """Each call's share of the lease, under the issue's 8 minutes (the device tool allows 10 per command)."""
-CALL_OVERHEAD_S = 30
-"""Of that share, what is not its steps': sending the tree and the wheels, installing them, copying files back."""
+CALL_OVERHEAD_S = 45
+"""Of that share, what is not its steps': sending the tree and the wheels, installing them, copying the
+files back, and the machine held (warm, counted) until the next call comes."""
 STEPS_S = CALL_S - CALL_OVERHEAD_S
 """The deadline of a call's steps: a step that would end past it is cut off, or not started."""
 MACHINE_START_S = 120
@@ -146,7 +149,7 @@ CALLS = (
         Step("GPU tests", 150, tests="tests -m gpu"),  # 35 tests, 6 of them compile
         # On 8 workers, the longest test is the critical path: PPO learning a 6 x 6 grid on the CPU.
         Step("unit tests", 180, tests="tests -m 'not gpu'", workers=8),
-        Step("ddp", 60, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
+        Step("ddp", 45, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
     )),
     Call("headline records: env steps/s by N with and without sync points, the precision and graph tables", (
         Step("env steps/s", 90, "envs", sizes={"gym_num_envs": (1, 4, 16)}),  # 33 points
@@ -158,7 +161,8 @@ CALLS = (
         Step("sync costs", 75, "syncs"),  # 28 points, 28 audits
     )),
     Call("headline records: the time to a score, with the settings chosen on the GPU for a run of 60 s", (
-        Step(CHOICE, 180, "capstone", options={"parts": ("choice",)}, sizes={"run_s": 60.0}),  # 5 trials of 20 s, 2 compiles
+        # 5 trials of 20 s, then the launch settings timed: 2 compiles of a whole iteration
+        Step(CHOICE, 180, "capstone", options={"parts": ("choice",)}, sizes={"run_s": 60.0}),
         Step("time to score", 195, "training", options={"setups": ("ours",)},
              sizes={"seeds": (0, 1, 2), "budget_s": 60.0}, needs=CHOICE),
     )),
@@ -166,8 +170,8 @@ CALLS = (
         Step("ceilings", 50, "ceilings"),  # 36 points
         Step("launch", 30, "launch"),
         Step("transfers", 50, "transfers"),
-        Step("replay", 90, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
-        Step("batch size", 100, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
+        Step("replay", 80, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
+        Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
         Step("accumulation", 40, "accumulation"),
         Step("graphs: one operator by size", 15, "graphs", f"{GRAPHS}:op_time_by_size"),
         Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
@@ -177,10 +181,10 @@ CALLS = (
              {"num_envs": (65536,)}),  # 4 compiles
         Step("ablation: lessons 03 04 06", 140, "capstone",
              options={"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}, sizes={"budget_s": 30.0},
-             needs=CHOICE),
-        Step("ablation: lessons 08 09 11", 110, "capstone", options={"parts": ("ablation",), "arms": ("08", "09", "11")},
-             sizes={"budget_s": 30.0}, needs=CHOICE),
-        Step("naive loop", 80, "loop"),  # the CPU's: notebook 02's 11 rows
+             needs=CHOICE),  # 4 runs of 30 s
+        Step("ablation: lessons 08 09 11", 100, "capstone",
+             options={"parts": ("ablation",), "arms": ("08", "09", "11")}, sizes={"budget_s": 30.0}, needs=CHOICE),
+        Step("naive loop", 85, "loop"),  # the CPU's: notebook 02's 11 rows of about 7,000 steps
     )),
 )
 
@@ -192,9 +196,10 @@ def fitting_calls(budget_s: float) -> list[int]:
 
 def plan(budget_s: float | None = None) -> str:
     """The calls in order, each step with its estimate and limit; with ``budget_s``, which calls fit in it."""
-    lines = [f"GPU sweep: {len(CALLS)} calls in order of value, each at most {CALL_S} s: {STEPS_S} s for its steps "
-             f"and {CALL_OVERHEAD_S} s for the tree, the wheels and the copies. A step is killed at "
-             f"{LIMIT_FACTOR}x its estimate or at the call's deadline; one that would not fit is not started."]
+    lines = [f"GPU sweep: {len(CALLS)} calls in order of value, each at most {CALL_S} s: {STEPS_S} s for its "
+             f"steps and {CALL_OVERHEAD_S} s for the tree, the wheels, the copies and the wait for the next call.",
+             f"A step is killed at {LIMIT_FACTOR}x its estimate or at the call's deadline; one that would not fit "
+             "is not started."]
     spent, fitting = MACHINE_START_S, fitting_calls(budget_s) if budget_s is not None else []
     for number, call in enumerate(CALLS, start=1):
         spent += CALL_S
@@ -203,7 +208,8 @@ def plan(budget_s: float | None = None) -> str:
         lines.append(f"\n{number}. {call.about} (steps' estimates {call.estimate_s} s of {STEPS_S}{done_by})")
         for step in call.steps:
             needs = f"; needs '{step.needs}' on file" if step.needs else ""
-            lines.append(f"   {step.estimate_s:4d} s (killed at {step.limit_s:3d})  {step.name}: {step.describe()}{needs}")
+            lines.append(f"   {step.estimate_s:4d} s (killed at {step.limit_s:3d})  {step.name}: "
+                         f"{step.describe()}{needs}")
     total = MACHINE_START_S + CALL_S * len(CALLS)
     lines.append(f"\nAll calls: at most {total:,} s ({total / 60:.1f} min), the machine's start "
                  f"({MACHINE_START_S} s) included.")
@@ -215,7 +221,8 @@ def plan(budget_s: float | None = None) -> str:
             steps = [step.name for n in left_out for step in CALLS[n - 1].steps]
             lines.append(f"Budget {budget_s:,.0f} s: calls {', '.join(map(str, fitting)) or 'none'} fit, "
                          f"{budget_s - MACHINE_START_S - CALL_S * len(fitting):,.0f} s to spare; left out: "
-                         f"calls {', '.join(map(str, left_out))} ({'; '.join(steps)}).")
+                         f"call{'s' if len(left_out) > 1 else ''} {', '.join(map(str, left_out))} "
+                         f"({'; '.join(steps)}).")
     return "\n".join(lines)
 
 
@@ -301,7 +308,8 @@ def measure(spec: dict) -> None:
             raise ValueError(f"suite {spec['suite']!r} made records labelled {label!r}, a machine other than "
                              f"this one ({', '.join(reports)})")
         mine = [record for record in records if record.machine == label]
-        files.append(str(save_reference(mine, reports[label], spec["command"], directory=Path(spec["data"]) / "reference")))
+        path = save_reference(mine, reports[label], spec["command"], directory=Path(spec["data"]) / "reference")
+        files.append(str(path))
     Path(spec["result"]).write_text(json.dumps({"records": len(records), "files": files}))
 
 
@@ -333,13 +341,13 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
             elif step.workers > 1 and importlib.util.find_spec("xdist") is not None:
                 arguments += ["-n", str(step.workers)]
         else:
-            spec = {"suite": step.suite, "part": step.part, "options": {**step.options, **({} if dry else step.sizes)},
-                    "device": device, "data": str(data), "command": command, "result": str(result)}
+            options = {**step.options, **({} if dry else step.sizes)}
+            spec = {"suite": step.suite, "part": step.part, "options": options, "device": device,
+                    "data": str(data), "command": command, "result": str(result)}
             arguments = [str(Path(__file__).resolve()), "--measure", json.dumps(spec)]
             env = {**env, DATA_ENV_VAR: str(data)}  # load_reference() then reads this run's files (the choice)
         with log.open("a") as output:
-            output.write(f"\n===== {step.name}: {' '.join(arguments[1:] if step.tests else [step.describe()])} "
-                         f"(killed after {seconds:.0f} s)\n")
+            output.write(f"\n===== {step.name}: {step.describe()} (killed after {seconds:.0f} s)\n")
             output.flush()
             start = output.tell()
             process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, env=env, stdout=output,
@@ -369,19 +377,30 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
     return ("ok" if code == 0 else "failed"), summary, files
 
 
-def run_call(number: int, *, device: str, data: Path, out: Path | None, env: dict, redo: bool = False,
+def machine_report(device: str, env: dict) -> dict:
+    """``device_report(device)``, made in a process of its own: this one then holds no CUDA context,
+    and the GPU's memory is the steps' alone (the batch size suite finds the card's limit)."""
+    code = ("import json, sys; from rlgpu_helpers.core.device import device_report; "
+            "print(json.dumps(device_report(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, device], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit status {done.returncode}")
+    return json.loads(done.stdout)
+
+
+def run_call(number: int, *, device: str, report: dict, data: Path, out: Path | None, env: dict, redo: bool = False,
              time_limits: bool = True) -> bool:
     """Run the steps of call ``number`` that are not on file, each logged as soon as it ends.
 
     A step starts only if its estimate fits in what is left of the call's :data:`STEPS_S`, and is
     killed at its limit or at that deadline; without ``time_limits`` (a dry run: the limits are
     a GPU's) it is killed at :data:`DRY_RUN_LIMIT_S` alone. Returns whether every step of the call
-    is on file as "ok" afterwards. With ``out``, the files the steps wrote and their output are copied there
-    after each step.
+    is on file as "ok" afterwards. With ``out``, the files the steps wrote and their output are
+    copied there after each step.
     """
     call = CALLS[number - 1]
     deadline = time.perf_counter() + (STEPS_S if time_limits else math.inf)
-    report = device_report(device)
     label = machine_label(report)
     code, commit = code_version(), git_commit()
     sweep_log = data / "sweeps" / f"{label}.json"
@@ -471,7 +490,8 @@ def check_wheels(folder: Path) -> list[Path]:
     wheels = sorted(Path(folder).glob("*.whl"))
     names = [project_name(wheel) for wheel in wheels]
     problems = [f"{wheel.name} is for another platform" for wheel in wheels if not fits_the_image(wheel)]
-    problems += [f"{name} comes in {names.count(name)} versions" for name in sorted(set(names)) if names.count(name) > 1]
+    problems += [f"{name} comes in {names.count(name)} versions" for name in sorted(set(names))
+                 if names.count(name) > 1]
     problems += [f"no wheel of {name}" for name in NEEDED_ON_IMAGE if name not in names]
     if problems:
         raise ValueError(f"wheels={str(folder)!r}: {'; '.join(problems)} "
@@ -521,8 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda",
                         help="cuda (default), or cpu: a dry run with quick sizes into a temporary folder")
     parser.add_argument("--data", type=Path, metavar="DIR",
-                        help="where reference/ and sweeps/ go (default: data/, or a new temporary folder with --device cpu)")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="also copy the files each step wrote, and the output, here")
+                        help="where reference/ and sweeps/ go (default: data/; a temporary folder with --device cpu)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="also copy the files each step wrote, and the steps' output, here")
     parser.add_argument("--install-wheels", type=Path, metavar="DIR",
                         help="first install the wheels of DIR (no index, no network) for the steps")
     parser.add_argument("--download-wheels", type=Path, metavar="DIR",
@@ -556,13 +577,12 @@ def main(argv: list[str] | None = None) -> int:
         Path(tempfile.mkdtemp(prefix="rlgpu-sweep-dry-")) if dry else ROOT / "data")
     if dry and data.resolve() == (ROOT / "data").resolve():
         parser.error(f"--data={str(args.data)!r}: a dry run's quick figures must not go into the course's data/")
-    try:
-        if not dry and is_quick():
-            parser.error(f"{QUICK_ENV_VAR} is set: the sweep records full-size figures on a GPU; unset it, "
-                         "or give --device cpu for a dry run")
-        get_device(args.device)
-    except (ValueError, RuntimeError) as error:
-        parser.error(f"--device={args.device!r}: {error}; --device cpu makes a dry run")
+    if not dry and is_quick():
+        parser.error(f"{QUICK_ENV_VAR} is set: the sweep records full-size figures on a GPU; unset it, "
+                     "or give --device cpu for a dry run")
+    if not dry and not torch.cuda.is_available():
+        parser.error(f"--device='cuda': torch.cuda.is_available() is False (torch {torch.__version__}); "
+                     "--device cpu makes a dry run")
     site = []
     if args.install_wheels is not None:
         try:
@@ -570,10 +590,14 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             parser.error(f"--install-wheels: {error}")
     env = step_environment(site, dry)
+    try:
+        report = machine_report(args.device, env)
+    except RuntimeError as error:
+        parser.error(f"--device={args.device!r}: {error}")
     if dry:
         print(f"Dry run on the CPU with quick sizes, into {data}")
     numbers = range(1, len(CALLS) + 1) if args.call == "all" else [int(args.call)]
-    results = [run_call(number, device=args.device, data=data, out=args.out, env=env, redo=args.redo,
+    results = [run_call(number, device=args.device, report=report, data=data, out=args.out, env=env, redo=args.redo,
                         time_limits=not dry) for number in numbers]
     return 0 if all(results) else 1
 
