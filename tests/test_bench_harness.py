@@ -176,6 +176,14 @@ def test_data_dir_is_the_checkout_data_folder():
     assert (path.parent / "pyproject.toml").is_file()
 
 
+def test_data_dir_can_be_another_folder_named_by_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLGPU_DATA_DIR", str(tmp_path))
+    assert data_dir() == tmp_path and load_reference() == []
+    monkeypatch.setenv("RLGPU_DATA_DIR", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="RLGPU_DATA_DIR=.*missing' is not a folder"):
+        data_dir()
+
+
 def test_committed_reference_files_load_cleanly(capsys):
     records = load_reference()
     assert capsys.readouterr().out == ""

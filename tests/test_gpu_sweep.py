@@ -1,8 +1,16 @@
-"""tools/gpu_sweep.py: every suite in one call, calls that fit the device tool, a log and copies."""
+"""tools/gpu_sweep.py: calls in order of value that fit the lease, steps in processes of their own
+under time limits, records on file as each step ends, a log to resume from, and the wheels the
+GPU image lacks."""
 
+import importlib
 import importlib.util
+import inspect
 import json
+import os
+import re
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -12,54 +20,87 @@ from rlgpu_helpers.bench.records import Record, load_json
 from rlgpu_helpers.bench.suites import SUITES, Suite
 from rlgpu_helpers.core.device import device_report, machine_label
 
-PATH = Path(__file__).resolve().parent.parent / "tools" / "gpu_sweep.py"
-spec = importlib.util.spec_from_file_location("gpu_sweep", PATH)
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("gpu_sweep", ROOT / "tools" / "gpu_sweep.py")
 sweep = importlib.util.module_from_spec(spec)
 sys.modules["gpu_sweep"] = sweep  # dataclasses look their module up there
 spec.loader.exec_module(sweep)
+Step, Call = sweep.Step, sweep.Call
+STEPS = [step for call in sweep.CALLS for step in call.steps]
+LABEL = machine_label(device_report("cpu"))
 
 
-def test_every_suite_is_in_a_call_and_every_call_fits():
-    steps = [step for call in sweep.CALLS for step in call.steps if step.kind == "suite"]
-    assert {step.what for step in steps} == set(SUITES)
-    for name in SUITES:
-        options = [repr(sorted(step.options.items())) for step in steps if step.what == name]
-        assert len(set(options)) == len(options), (name, options)  # a split suite runs another part in each call
-    assert all(call.minutes <= sweep.LIMIT_MINUTES for call in sweep.CALLS)
-    tests = [step.what for call in sweep.CALLS for step in call.steps if step.kind == "pytest"]
-    assert "tests -m gpu" in tests
+def test_every_suite_is_in_a_call_and_every_step_takes_its_options():
+    assert {step.suite for step in STEPS if step.suite is not None} == set(SUITES)
+    assert len({step.name for step in STEPS}) == len({step.describe() for step in STEPS}) == len(STEPS)
+    for step in STEPS:
+        if step.suite is None:
+            continue
+        if step.part is None:
+            function, arguments = SUITES[step.suite].run, ("cpu", False)
+        else:
+            module, _, name = step.part.partition(":")
+            assert module == SUITES[step.suite].run.__module__, step.name  # a part of that suite
+            function, arguments = getattr(importlib.import_module(module), name), ("cpu",)
+        inspect.signature(function).bind(*arguments, **step.options, **step.sizes)
+    assert {step.needs for step in STEPS if step.needs} == {sweep.CHOICE}
+    names = [step.name for step in STEPS]
+    assert all(names.index(step.needs) < names.index(step.name) for step in STEPS if step.needs)
 
 
-def test_the_list_shows_every_call(capsys):
-    assert sweep.main(["--list"]) == 0
-    shown = capsys.readouterr().out
-    assert all(f"{n}. " in shown for n in range(1, len(sweep.CALLS) + 1))
-    assert "bench training (setups=('ours',)" in shown and "pytest tests -m gpu" in shown
+def test_the_calls_go_by_value_each_fits_its_share_and_the_gpu_rows_fit_half_an_hour():
+    assert [step.name for step in STEPS[:2]] == ["GPU tests", "unit tests"]
+    headline = {"env steps/s", "sync costs", "precision", "graphs: a PPO iteration", "graphs: the env step",
+                sweep.CHOICE, "time to score"}
+    assert {step.name for call in sweep.CALLS[1:3] for step in call.steps} == headline
+    assert sweep.CALL_S <= 8 * 60 and sweep.STEPS_S + sweep.CALL_OVERHEAD_S == sweep.CALL_S
+    for call in sweep.CALLS:
+        assert call.estimate_s <= sweep.STEPS_S, call.about
+    first = sweep.fitting_calls(1800)
+    assert first == [1, 2, 3, 4]
+    in_time = {step.suite for number in first for step in sweep.CALLS[number - 1].steps}
+    assert in_time >= {name for name, suite in SUITES.items() if not suite.cpu_only}  # every notebook's GPU rows
+    text = sweep.plan(1800)
+    assert "calls 1, 2, 3, 4 fit" in text and "left out: call 5 (graphs: acting and the update;" in text
+    assert "Budget 200 s: calls none fit" in sweep.plan(200)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["99"], f"call='99': give one of {', '.join(str(n) for n in range(1, len(sweep.CALLS) + 1))}, all"),
+    (["99"], "call='99': give one of 1, 2, 3, 4, 5, all"),
     ([], "call=None: give one of"),
+    (["--plan", "--budget", "-5"], "--budget=-5: give a number of seconds above 0"),
+    (["1", "--budget", "100"], "--budget=100: give a number of seconds above 0, with --plan"),
+    (["--plan", "1"], "call='1': --plan and --download-wheels run no call"),
+    (["1", "--device", "tpu"], "--device='tpu': give cuda, or cpu for a dry run"),
+    (["1", "--device", "cpu", "--data", str(ROOT / "data")], "--data="),
 ])
-def test_bad_calls_exit_2(argv, message, capsys):
+def test_bad_arguments_exit_2_naming_the_parameter(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         sweep.main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_a_call_needs_cuda_and_full_size(monkeypatch, capsys):
+def test_wheels_from_a_folder_that_lacks_them_are_refused_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["1", "--device", "cpu", "--data", str(tmp_path / "data"), "--install-wheels", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--install-wheels: wheels=" in capsys.readouterr().err
+
+
+def test_a_gpu_run_needs_full_size_and_cuda(monkeypatch, capsys):
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["1"])
+    assert exit_info.value.code == 2 and "RLGPU_QUICK is set" in capsys.readouterr().err
     monkeypatch.setenv("RLGPU_QUICK", "0")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit) as exit_info:
         sweep.main(["1"])
-    assert exit_info.value.code == 2 and "the sweep measures a CUDA GPU" in capsys.readouterr().err
-    monkeypatch.setenv("RLGPU_QUICK", "1")
-    with pytest.raises(SystemExit):
-        sweep.main(["1"])
-    assert "RLGPU_QUICK is set" in capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert "--device='cuda': torch.cuda.is_available() is False" in capsys.readouterr().err
 
 
-def test_a_gpu_suite_s_cpu_records_go_into_the_cpu_s_file(monkeypatch, tmp_path):
+def test_a_step_s_records_go_into_the_file_of_the_machine_that_made_them(monkeypatch, tmp_path):
     """``bench ddp`` on a GPU machine also measures CPU processes: each record goes to its own machine's file."""
     cpu = device_report("cpu")
     gpu = dict(cpu, gpu="NVIDIA H100 80GB HBM3")
@@ -67,11 +108,13 @@ def test_a_gpu_suite_s_cpu_records_go_into_the_cpu_s_file(monkeypatch, tmp_path)
     toy = Suite(lambda device, progress: [
         Record("toy", name, "speed", 1.0, "steps/s", {}, None, label) for name, label in labels.items()], "00: a toy")
     monkeypatch.setitem(SUITES, "toy", toy)
-    monkeypatch.setattr(sweep, "DATA", tmp_path)
     monkeypatch.setattr(sweep, "get_device", lambda name: torch.device(name))
     monkeypatch.setattr(sweep, "device_report", lambda device: gpu if torch.device(device).type == "cuda" else cpu)
-    ok, _, paths = sweep.run_suite(sweep.Step("suite", "toy"), "python tools/gpu_sweep.py 1")
-    assert ok and [path.stem for path in paths] == [labels["cpu"], labels["cuda"]]
+    spec = {"suite": "toy", "part": None, "options": {}, "device": "cuda", "data": str(tmp_path),
+            "command": "python tools/gpu_sweep.py 1", "result": str(tmp_path / "result.json")}
+    sweep.measure(spec)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["records"] == 2 and [Path(f).stem for f in result["files"]] == [labels["cpu"], labels["cuda"]]
     for name, label in labels.items():
         saved, = load_json(tmp_path / "reference" / f"{label}.json")
         assert saved.variant == name
@@ -79,24 +122,154 @@ def test_a_gpu_suite_s_cpu_records_go_into_the_cpu_s_file(monkeypatch, tmp_path)
                     "00: a toy")
     monkeypatch.setitem(SUITES, "toy", foreign)
     with pytest.raises(ValueError, match="'gpu-other', a machine other than this one"):
-        sweep.run_suite(sweep.Step("suite", "toy"), "python tools/gpu_sweep.py 1")
+        sweep.measure(spec)
 
 
-def test_a_call_saves_records_logs_itself_and_copies_its_files(monkeypatch, tmp_path):
-    """A call run end to end on the CPU, with a toy suite standing in for a real one."""
-    label = machine_label(device_report("cpu"))
-    toy = Suite(lambda device, progress, size=1: [
-        Record("toy", "plain", "speed", float(size), "steps/s", {"size": size}, None, label)], "00: a toy")
-    monkeypatch.setitem(SUITES, "toy", toy)
-    monkeypatch.setattr(sweep, "CALLS", (sweep.Call("a toy", 0.1, (sweep.Step("suite", "toy", {"size": 3}),)),))
-    monkeypatch.setattr(sweep, "DATA", tmp_path / "data")
-    monkeypatch.setattr(sweep, "get_device", lambda name: torch.device("cpu"))
-    monkeypatch.setattr(sweep, "device_report", lambda device: device_report("cpu"))
-    assert sweep.run_call(1, tmp_path / "out") is True
-    saved, = load_json(tmp_path / "data" / "reference" / f"{label}.json")
-    assert (saved.name, saved.value) == ("toy", 3.0)
-    log = json.loads((tmp_path / "data" / "sweeps" / f"{label}.json").read_text())
-    assert log[0]["command"] == "python tools/gpu_sweep.py 1" and log[0]["steps"][0]["ok"] is True
-    assert log[0]["machine"]["torch"] == torch.__version__
-    assert (tmp_path / "out" / "reference" / f"{label}.json").exists()
-    assert (tmp_path / "out" / "sweeps" / f"{label}.json").exists()
+STUB = '''
+import time
+
+from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.core.device import device_report, machine_label
+
+
+def toy(device, value=1.0):
+    return [Record("toy", "plain", "speed", value, "steps/s", {"value": value}, None,
+                   machine_label(device_report(device)))]
+
+
+def slow(device):
+    time.sleep(600)
+
+
+def broken(device):
+    raise RuntimeError("a broken step")
+'''
+
+
+@pytest.fixture
+def stubs(tmp_path, monkeypatch):
+    """Steps that run the functions of a stub module, in processes of their own like real steps."""
+    (tmp_path / "sweep_stub.py").write_text(STUB)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    return sweep.step_environment([], dry=True)
+
+
+def run(number, tmp_path, env, **options):
+    return sweep.run_call(number, device="cpu", report=device_report("cpu"), data=tmp_path / "data",
+                          out=tmp_path / "out", env=env, **options)
+
+
+def log_of(tmp_path):
+    return json.loads((tmp_path / "data" / "sweeps" / f"{LABEL}.json").read_text())
+
+
+def test_a_step_that_fails_or_runs_too_long_keeps_the_records_of_the_steps_before(stubs, tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "CALLS", (Call("stubs", (
+        Step("first", 30, "ceilings", "sweep_stub:toy", {"value": 2.0}),
+        Step("slow", 8, "ceilings", "sweep_stub:slow"),
+        Step("broken", 30, "ceilings", "sweep_stub:broken"),
+        Step("after", 30, "ceilings", "sweep_stub:toy", {"value": 3.0}, needs="first"),
+    )),))
+    assert run(1, tmp_path, stubs) is False
+    saved = load_json(tmp_path / "data" / "reference" / f"{LABEL}.json")
+    assert sorted(r.value for r in saved) == [2.0, 3.0]
+    first, slow, broken, after = log_of(tmp_path)
+    assert (first["outcome"], first["summary"]) == ("ok", f"1 records into {LABEL}.json")
+    assert slow["outcome"] == "timed out" and slow["summary"].startswith("killed after 16 s: no records")
+    assert broken["outcome"] == "failed" and "RuntimeError: a broken step" in broken["summary"]
+    assert after["outcome"] == "ok" and first["code"] == sweep.code_version() and first["machine"]["cpu"]
+    out = tmp_path / "out"
+    assert load_json(out / "reference" / f"{LABEL}.json") == saved
+    assert json.loads((out / "sweeps" / f"{LABEL}.json").read_text()) == log_of(tmp_path)
+    assert "===== broken" in (out / "call-1.log").read_text()
+    assert run(1, tmp_path, stubs) is False  # everything on file: nothing runs again
+    assert len(log_of(tmp_path)) == 4
+
+
+def test_the_log_resumes_a_call_for_the_same_code_and_redo_or_new_code_runs_it_again(stubs, tmp_path, monkeypatch,
+                                                                                    capsys):
+    monkeypatch.setattr(sweep, "CALLS", (
+        Call("first", (Step("first", 30, "ceilings", "sweep_stub:toy"),)),
+        Call("waits", (Step("after", 30, "ceilings", "sweep_stub:toy", needs="first"),)),
+    ))
+    assert run(2, tmp_path, stubs) is False
+    assert "after: not started, it needs 'first' on file for this code first" in capsys.readouterr().out
+    assert run(1, tmp_path, stubs) is True and len(log_of(tmp_path)) == 1
+    assert run(1, tmp_path, stubs) is True and len(log_of(tmp_path)) == 1
+    assert "first: on file (ok, " in capsys.readouterr().out
+    assert run(1, tmp_path, stubs, redo=True) is True and len(log_of(tmp_path)) == 2
+    monkeypatch.setattr(sweep, "code_version", lambda: "changed-code")
+    assert run(1, tmp_path, stubs) is True
+    assert [entry["code"] for entry in log_of(tmp_path)][-1] == "changed-code"
+
+
+def test_the_call_s_deadline_cuts_a_step_off_to_run_again_and_starts_none_that_would_not_fit(
+        stubs, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sweep, "STEPS_S", 10)
+    monkeypatch.setattr(sweep, "CALLS", (Call("stubs", (
+        Step("slow", 8, "ceilings", "sweep_stub:slow"),
+        Step("first", 30, "ceilings", "sweep_stub:toy"),
+    )),))
+    assert run(1, tmp_path, stubs) is False
+    slow, = log_of(tmp_path)
+    assert slow["outcome"] == "cut off" and sweep.on_file([slow], sweep.CALLS[0].steps[0], slow["code"]) is None
+    assert "first: not started, 0 s of the call left for about 30 s: run call 1 again" in capsys.readouterr().out
+
+
+def test_a_dry_run_of_real_steps_uses_quick_sizes_and_only_collects_the_tests(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "CALLS", (Call("real steps", (
+        Step("collect", 60, tests="tests/test_core_config.py"),
+        # 2**34 elements would not fit in memory: a dry run leaves the sizes to quick mode
+        Step("graphs: op", 60, "graphs", f"{sweep.GRAPHS}:op_time_by_size", sizes={"sizes": (2**34,)}),
+    )),))
+    data = tmp_path / "data"
+    assert sweep.main(["all", "--device", "cpu", "--data", str(data)]) == 0
+    collect, op = log_of(tmp_path)
+    assert collect["outcome"] == "ok" and re.fullmatch(r"\d+ tests collected in [\d.]+s", collect["summary"])
+    records = load_json(data / "reference" / f"{LABEL}.json")
+    assert {r.params["elements"] for r in records} == {1, 2**10, 2**16}  # graphs' quick sizes
+
+
+def test_the_code_version_follows_the_sources_only(tmp_path):
+    for path in ("rlgpu_helpers/a.py", "tests/test_a.py", "conftest.py", "pyproject.toml", "tools/x.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x = 1\n")
+    version = sweep.code_version(tmp_path)
+    (tmp_path / "tools" / "x.py").write_text("x = 2\n")
+    (tmp_path / "rlgpu_helpers" / "a.pyc").write_text("cache")
+    assert sweep.code_version(tmp_path) == version
+    (tmp_path / "rlgpu_helpers" / "a.py").write_text("x = 2\n")
+    assert sweep.code_version(tmp_path) != version
+
+
+def test_the_wheels_are_checked_for_the_image_one_version_each_and_complete(tmp_path):
+    assert sweep.requirements() == ["gymnasium>=1.1", "ipywidgets>=8.0"]
+    for name in ("gymnasium-1.4.0-py3-none-any.whl", "ipywidgets-8.1.9-py3-none-any.whl"):
+        (tmp_path / name).touch()
+    assert [w.name for w in sweep.check_wheels(tmp_path)] == ["gymnasium-1.4.0-py3-none-any.whl",
+                                                              "ipywidgets-8.1.9-py3-none-any.whl"]
+    (tmp_path / "Farama_Notifications-0.0.5-py3-none-any.whl").touch()
+    (tmp_path / "farama_notifications-0.0.6-py3-none-any.whl").touch()
+    (tmp_path / "numpy-2.5.0-cp312-cp312-manylinux_2_28_x86_64.whl").touch()
+    (tmp_path / "wcwidth-0.9.4-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl").touch()  # fits
+    (tmp_path / "ipywidgets-8.1.9-py3-none-any.whl").unlink()
+    with pytest.raises(ValueError) as error:
+        sweep.check_wheels(tmp_path)
+    message = str(error.value)
+    assert message.count("for another platform") == 1
+    assert "numpy-2.5.0-cp312-cp312-manylinux_2_28_x86_64.whl is for another platform" in message
+    assert "farama-notifications comes in 2 versions" in message and "no wheel of ipywidgets" in message
+
+
+WHEELS = os.environ.get("RLGPU_SWEEP_WHEELS")
+
+
+@pytest.mark.skipif(not WHEELS, reason="RLGPU_SWEEP_WHEELS names no folder of wheels (.ci/run makes one with "
+                                       "python tools/gpu_sweep.py --download-wheels .whl)")
+def test_the_wheels_install_without_an_index_and_what_the_gpu_image_lacks_imports_from_them(tmp_path):
+    site = sweep.install_wheels(Path(WHEELS), tmp_path / "site")
+    code = "import gymnasium, ipywidgets, rlgpu_helpers.snake.widgets; print(gymnasium.__file__, ipywidgets.__file__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])})
+    assert all(Path(path).is_relative_to(site) for path in done.stdout.split())
+    assert not list(Path(site).glob("numpy*"))  # the image's own numpy is used

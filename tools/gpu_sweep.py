@@ -1,20 +1,38 @@
-"""Every GPU measurement of the course in a few commands: run it first whenever a GPU is lent.
+"""Every GPU measurement of the course within one short lease: run it first whenever a GPU is lent.
 
-    python tools/gpu_sweep.py --list          # the calls: what each runs and how long it takes
-    python tools/gpu_sweep.py 1               # one call; each fits in 8 minutes on one H100
-    python tools/gpu_sweep.py 2 --out DIR     # ... and copy the files it wrote into DIR
-    python tools/gpu_sweep.py all             # every call, one after another
+The sweep is five calls, in order of value: the GPU tests, then the headline records (env steps/s
+by N, the time to a score with the settings chosen on the GPU, the precision and graph tables),
+then the rest. Each call is one command of the device tool, at most 7 minutes; the first four
+bring every notebook its GPU rows within 30 minutes of device time, the machine's start included.
+Each step runs in a process of its own, killed at twice its estimate or at its call's deadline,
+and a step that would not fit in what is left of the call is not started: a step that runs long
+loses its own records only. Nothing here has run on a GPU yet: the estimates are guesses, the
+limits are enforced, and the log says how long each step took.
 
-Call 1 runs the GPU tests (``pytest -m gpu``) and then the unit tests with CUDA present. The
-other calls run every benchmark suite of ``rlgpu_helpers.bench.suites`` at full size and merge
-the records into ``data/reference/<machine>.json``: the GPU's file, or for a suite that measures
-the CPU (``loop``) the file of this machine's CPU. Each call also appends an entry to
-``data/sweeps/<gpu>.json``: the call, the command, the machine (GPU, driver, CUDA and torch
-versions), the date, how long each step took and how it ended. Commit the files it wrote.
+Here, once, where pip reaches PyPI (the GPU machine has no network), and to see the plan:
 
-A later lesson adds its suite to ``SUITES`` and to a call here (a test checks that every suite
-is in a call, and a suite split over several calls runs a different part in each). Calls 10 to
-12 use the settings call 9 chose: run them after it, with call 9's files in place.
+    python tools/gpu_sweep.py --download-wheels .whl   # the packages the GPU image lacks
+    python tools/gpu_sweep.py --plan --budget 1800     # the calls, their steps, what fits in 30 min
+
+On the GPU machine, one call per command of the device tool, carrying the folder ``.whl``:
+
+    python3 tools/gpu_sweep.py 1 --install-wheels .whl --out $OUT
+
+then put the files that came back into ``data/`` (``cp -r FILES/reference FILES/sweeps data/``)
+before the next call: a call skips the steps on file, and the ablation reads the capstone's choice.
+
+Each step's records go into ``data/reference/<machine>.json`` as soon as the step ends (the GPU's
+file; the CPU's for what measures the CPU, such as ``loop``), and each step ends with an entry in
+``data/sweeps/<gpu>.json``: the step, how it ended, its time, estimate and limit, the machine
+(GPU, driver, CUDA, torch), the date, the commit where there is one, and the version of the code.
+A step logged for this GPU and this code is skipped (``--redo`` runs it again). The version is a
+hash of the package, the tests and the project file rather than the commit: the device's copy of
+the tree has no ``.git``, and committing the files a call returns must not make it start over.
+
+A dry run of every call on this CPU, quick sizes, into a temporary folder (never into ``data/``):
+its test steps only collect the tests (CI runs them), and its steps have no GPU time limits.
+
+    python tools/gpu_sweep.py all --device cpu [--data DIR]
 """
 
 from __future__ import annotations
@@ -22,181 +40,566 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import hashlib
+import importlib
+import importlib.util
+import inspect
 import json
+import math
+import os
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "data"
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing: python tools/gpu_sweep.py
 
-from rlgpu_helpers.bench.records import save_reference  # noqa: E402
-from rlgpu_helpers.bench.report import records_table  # noqa: E402
-from rlgpu_helpers.bench.suites import SUITES  # noqa: E402
-from rlgpu_helpers.core.config import is_quick  # noqa: E402
-from rlgpu_helpers.core.device import device_report, get_device, machine_label  # noqa: E402
-from rlgpu_helpers.core.files import atomic_write  # noqa: E402
+import torch  # noqa: E402
 
-LIMIT_MINUTES = 8
+# Only torch and the package's core here: the suites import gymnasium, which on the GPU machine
+# exists only once --install-wheels has run, so they are imported in each step's own process.
+from rlgpu_helpers.core.config import QUICK_ENV_VAR, is_quick  # noqa: E402
+from rlgpu_helpers.core.device import device_report, get_device, machine_label  # noqa: E402
+from rlgpu_helpers.core.files import DATA_ENV_VAR, atomic_write  # noqa: E402
+
+CALL_S = 420
+"""Each call's share of the lease, under the issue's 8 minutes (the device tool allows 10 per command)."""
+CALL_OVERHEAD_S = 45
+"""Of that share, what is not its steps': sending the tree and the wheels, installing them, copying the
+files back, and the machine held (warm, counted) until the next call comes."""
+STEPS_S = CALL_S - CALL_OVERHEAD_S
+"""The deadline of a call's steps: a step that would end past it is cut off, or not started."""
+MACHINE_START_S = 120
+"""A fresh device machine starts in one to two minutes (the device tool's README), counted once."""
+LIMIT_FACTOR = 2
+"""A step is killed at this many times its estimate: it is stuck, or its sizes are wrong for this GPU."""
+DRY_RUN_LIMIT_S = 600
+"""A dry run checks that each step runs, not how long it takes on a GPU: its steps get 10 minutes each, no deadline."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One thing a call does: ``pytest`` with arguments, or a benchmark suite with options."""
+    """One thing a call does, in a process of its own, killed at ``limit_s`` or at the call's deadline.
 
-    kind: str  # "pytest" or "suite"
-    what: str  # pytest's arguments, or the suite's name
+    A test step runs ``pytest`` with the arguments ``tests``, with ``workers`` processes where
+    pytest-xdist is installed (the GPU image has it). A suite step runs ``SUITES[suite]`` with
+    ``options``, or, where ``part`` names a function (``"module:function"``) that makes part of
+    the suite's records, that function with ``options``. ``sizes`` are more of its options: the
+    full sizes shrunk to fit the lease (seconds per run, numbers of games), which a dry run leaves
+    to the suites' quick sizes. ``needs`` names a step whose records this one reads (the
+    capstone's choice): without them on file this one is skipped.
+    ``estimate_s``: how long it should take on one H100, its process's start included (a guess:
+    nothing has run on a GPU yet); the calls are packed by it.
+    """
+
+    name: str
+    estimate_s: int
+    suite: str | None = None
+    part: str | None = None
     options: dict = dataclasses.field(default_factory=dict)
+    sizes: dict = dataclasses.field(default_factory=dict)
+    tests: str | None = None
+    workers: int = 1
+    needs: str | None = None
+
+    @property
+    def limit_s(self) -> int:
+        return LIMIT_FACTOR * self.estimate_s
 
     def describe(self) -> str:
-        if self.kind == "pytest":
-            return f"pytest {self.what}"
-        options = ", ".join(f"{key}={value!r}" for key, value in self.options.items())
-        return f"bench {self.what}" + (f" ({options})" if options else "")
+        """What the step runs, options included: its key in the sweep log."""
+        if self.tests is not None:
+            return f"pytest {self.tests}" + (f" (workers={self.workers})" if self.workers > 1 else "")
+        what = f"bench {self.suite}" if self.part is None else f"bench {self.suite}: {self.part}"
+        options = ", ".join(f"{key}={value!r}" for key, value in {**self.options, **self.sizes}.items())
+        return what + (f" ({options})" if options else "")
 
 
 @dataclasses.dataclass(frozen=True)
 class Call:
-    """Steps that fit together in one call of the device tool (at most 8 minutes)."""
+    """Steps that go together in one command of the device tool, in order of value."""
 
     about: str
-    minutes: float  # estimated on one H100, start-up of the Python process included
     steps: tuple[Step, ...]
 
+    @property
+    def estimate_s(self) -> int:
+        return sum(step.estimate_s for step in self.steps)
 
+
+GRAPHS = "rlgpu_helpers.bench.graphs"
+CHOICE = "capstone: the settings chosen on the GPU"
+PYTEST = ("-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rfE", "--continue-on-collection-errors")
+"""pytest's options in every test step: no cache, no ``--nbval`` (the notebooks are not run here),
+one line per test (what a step cut off had passed), and a module that cannot be collected (its
+tooling missing) reported without stopping the others."""
+
+# The estimates, on one H100 with 16 cores (guesses: nothing has run on a GPU yet). A timed point of a
+# suite takes about 1.5 s (a probe, then 5 to 9 runs of 0.1 to 0.2 s), a torch.compile 10 to 40 s, a
+# step's process about 5 s to start. Where a call has room after its own steps, a short step of the
+# rest fills it. The first four calls bring every notebook its GPU rows.
 CALLS = (
-    Call("the GPU tests, then the unit tests with CUDA present", 4.0,
-         (Step("pytest", "tests -m gpu"),
-          # The notebook tooling (nbformat, ipywidgets) is not on a bare GPU machine, and nothing
-          # in its tests depends on the device.
-          Step("pytest", "tests -m 'not gpu' --ignore=tests/test_notebooks.py --ignore=tests/test_widgets.py"))),
-    Call("the ceilings, the env steps/s and the naive loop (on this machine's CPU)", 6.0,
-         (Step("suite", "ceilings"), Step("suite", "envs"), Step("suite", "loop"))),
-    Call("notebook 04: the cost of each sync point, and the two ceilings of a step", 4.0,
-         (Step("suite", "syncs"), Step("suite", "launch"))),
-    Call("notebook 05: host-device copies, then every replay buffer", 7.0,
-         (Step("suite", "transfers"), Step("suite", "replay"))),
-    Call("notebook 06: samples/s and peak memory against batch size, the largest batch that fits", 4.0,
-         (Step("suite", "batch_size"),)),
-    Call("notebooks 07 and 08: accumulation steps, then precisions by width and PPO in bf16", 5.0,
-         (Step("suite", "accumulation"), Step("suite", "precision"))),
-    Call("notebook 09: time per step eager, compiled, reduce-overhead and graph-captured; launches per step", 8.0,
-         (Step("suite", "graphs"),)),
-    Call("notebook 10: data-parallel PPO by processes, on the CPU's cores (gloo) and one GPU (NCCL)", 3.0,
-         (Step("suite", "ddp"),)),
-    Call("notebook 11: the capstone's settings chosen on the GPU (games, precision, compile and graphs)", 5.0,
-         (Step("suite", "capstone", {"parts": ("choice",)}),)),
-    Call("time to a mean score: PPO on the GPU with the settings of call 9, three seeds of 120 s", 7.0,
-         (Step("suite", "training", {"setups": ("ours",), "seeds": (0, 1, 2), "budget_s": 120.0}),)),
-    Call("notebook 11's ablation on the GPU: the settings of call 9, fewer games, the CPU, the starting games",
-         7.0, (Step("suite", "capstone", {"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}),)),
-    Call("notebook 11's ablation on the GPU: fp32, eager, and the 11 features instead of the chosen ones", 6.0,
-         (Step("suite", "capstone", {"parts": ("ablation",), "arms": ("08", "09", "11")}),)),
+    Call("the GPU tests, the unit tests with CUDA present, data-parallel PPO", (
+        Step("GPU tests", 150, tests="tests -m gpu"),  # 35 tests, 6 of them compile
+        # On 8 workers, the longest test is the critical path: PPO learning a 6 x 6 grid on the CPU.
+        Step("unit tests", 180, tests="tests -m 'not gpu'", workers=8),
+        Step("ddp", 45, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
+    )),
+    Call("headline records: env steps/s by N with and without sync points, the precision and graph tables", (
+        Step("env steps/s", 90, "envs", sizes={"gym_num_envs": (1, 4, 16)}),  # 33 points
+        Step("precision", 60, "precision"),  # 32 points; PPO, 3 x 3 runs of 3 M steps
+        Step("graphs: a PPO iteration", 80, "graphs", f"{GRAPHS}:step_records", {"parts": ("iteration",)},
+             {"num_envs": (65536,)}),  # 2 compiles of a whole iteration
+        Step("graphs: the env step", 70, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
+             {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
+        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits
+    )),
+    Call("headline records: the time to a score, with the settings chosen on the GPU for a run of 60 s", (
+        # 5 trials of 20 s, then the launch settings timed: 2 compiles of a whole iteration
+        Step(CHOICE, 180, "capstone", options={"parts": ("choice",)}, sizes={"run_s": 60.0}),
+        Step("time to score", 195, "training", options={"setups": ("ours",)},
+             sizes={"seeds": (0, 1, 2), "budget_s": 60.0}, needs=CHOICE),
+    )),
+    Call("ceilings, launches, transfers, replay buffers, batch size, accumulation, one operator by size", (
+        Step("ceilings", 50, "ceilings"),  # 36 points
+        Step("launch", 30, "launch"),
+        Step("transfers", 50, "transfers"),
+        Step("replay", 80, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
+        Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
+        Step("accumulation", 40, "accumulation"),
+        Step("graphs: one operator by size", 15, "graphs", f"{GRAPHS}:op_time_by_size"),
+        Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
+    )),
+    Call("more rows: graphs of acting and the update, notebook 11's ablation, the naive loop on the CPU", (
+        Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
+             {"num_envs": (65536,)}),  # 4 compiles
+        Step("ablation: lessons 03 04 06", 140, "capstone",
+             options={"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}, sizes={"budget_s": 30.0},
+             needs=CHOICE),  # 4 runs of 30 s
+        Step("ablation: lessons 08 09 11", 100, "capstone",
+             options={"parts": ("ablation",), "arms": ("08", "09", "11")}, sizes={"budget_s": 30.0}, needs=CHOICE),
+        Step("naive loop", 85, "loop"),  # the CPU's: notebook 02's 11 rows of about 7,000 steps
+    )),
 )
 
 
-def plan() -> str:
-    """The calls, one block each, as ``--list`` prints them."""
-    lines = []
+def fitting_calls(budget_s: float) -> list[int]:
+    """The calls, by number, that end within ``budget_s`` seconds of the lease, in order."""
+    return [number for number in range(1, len(CALLS) + 1) if MACHINE_START_S + CALL_S * number <= budget_s]
+
+
+def plan(budget_s: float | None = None) -> str:
+    """The calls in order, each step with its estimate and limit; with ``budget_s``, which calls fit in it."""
+    lines = [f"GPU sweep: {len(CALLS)} calls in order of value, each at most {CALL_S} s: {STEPS_S} s for its "
+             f"steps and {CALL_OVERHEAD_S} s for the tree, the wheels, the copies and the wait for the next call.",
+             f"A step is killed at {LIMIT_FACTOR}x its estimate or at the call's deadline; one that would not fit "
+             "is not started."]
+    spent, fitting = MACHINE_START_S, fitting_calls(budget_s) if budget_s is not None else []
     for number, call in enumerate(CALLS, start=1):
-        lines.append(f"{number}. {call.about} (about {call.minutes:g} min)")
-        lines += [f"     {step.describe()}" for step in call.steps]
+        spent += CALL_S
+        done_by = "" if budget_s is None else f"; done by {spent:,} s of the lease" + (
+            "" if number in fitting else ", beyond the budget")
+        lines.append(f"\n{number}. {call.about} (steps' estimates {call.estimate_s} s of {STEPS_S}{done_by})")
+        for step in call.steps:
+            needs = f"; needs '{step.needs}' on file" if step.needs else ""
+            lines.append(f"   {step.estimate_s:4d} s (killed at {step.limit_s:3d})  {step.name}: "
+                         f"{step.describe()}{needs}")
+    total = MACHINE_START_S + CALL_S * len(CALLS)
+    lines.append(f"\nAll calls: at most {total:,} s ({total / 60:.1f} min), the machine's start "
+                 f"({MACHINE_START_S} s) included.")
+    if budget_s is not None:
+        left_out = [n for n in range(1, len(CALLS) + 1) if n not in fitting]
+        if not left_out:
+            lines.append(f"Budget {budget_s:,.0f} s: every call fits, {budget_s - total:,.0f} s to spare.")
+        else:
+            steps = [step.name for n in left_out for step in CALLS[n - 1].steps]
+            lines.append(f"Budget {budget_s:,.0f} s: calls {', '.join(map(str, fitting)) or 'none'} fit, "
+                         f"{budget_s - MACHINE_START_S - CALL_S * len(fitting):,.0f} s to spare; left out: "
+                         f"call{'s' if len(left_out) > 1 else ''} {', '.join(map(str, left_out))} "
+                         f"({'; '.join(steps)}).")
     return "\n".join(lines)
 
 
-def run_pytest(arguments: str) -> tuple[bool, str]:
-    """Run pytest in a fresh process; whether it passed, and its summary line.
+# ---------------------------------------------------------------------------- the code's version and the log
 
-    ``-o addopts=`` drops the project's ``--nbval`` options: the notebooks are not run here.
+SOURCES = ("rlgpu_helpers", "tests", "conftest.py", "pyproject.toml")
+"""What the measurements and the tests depend on: a change here makes every step run again."""
+
+
+def code_version(root: Path = ROOT) -> str:
+    """A short hash of the Python files and the project file under :data:`SOURCES`."""
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        path = root / source
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def git_commit(root: Path = ROOT) -> str | None:
+    """The checkout's commit, or None where there is no ``.git`` (the device's copy of the tree)."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def read_log(path: Path) -> list[dict]:
+    """The entries of a sweep log (none if it does not exist yet)."""
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def append_log(path: Path, entry: dict) -> None:
+    """Add one step's entry to the sweep log, atomically: a kill leaves the old log or the new one."""
+    text = json.dumps(read_log(path) + [entry], indent=1) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+ENDED = ("ok", "failed", "timed out")
+"""How a step on file ended. A step cut off by its call's deadline ("cut off") is not on file: it runs again."""
+
+
+def on_file(entries: list[dict], step: Step, code: str) -> dict | None:
+    """The latest entry of ``step`` for this code that says how it ended, or None."""
+    mine = [e for e in entries if e["step"] == step.describe() and e["code"] == code and e["outcome"] in ENDED]
+    return mine[-1] if mine else None
+
+
+def find_step(name: str) -> Step:
+    return next(step for call in CALLS for step in call.steps if step.name == name)
+
+
+# ---------------------------------------------------------------------------- one step in its own process
+
+def measure(spec: dict) -> None:
+    """Inside a step's process: run its suite or part and save its records by the machine that made them.
+
+    A suite that measures the CPU (``loop``; ``ddp``'s CPU processes) makes records labelled with
+    the CPU: they go into the CPU's reference file, with the CPU's report.
     """
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                           *shlex.split(arguments)], cwd=ROOT, text=True, capture_output=True)
-    print(done.stdout[-6000:], done.stderr[-2000:], sep="\n", flush=True)
-    summary = next((line for line in reversed(done.stdout.splitlines()) if line.strip()), "")
-    return done.returncode == 0, summary.strip("= ")
+    from rlgpu_helpers.bench.records import save_reference
+    from rlgpu_helpers.bench.report import records_table
+    from rlgpu_helpers.bench.suites import SUITES
 
-
-def run_suite(step: Step, command: str) -> tuple[bool, str, list[Path]]:
-    """Run a suite at full size and merge its records into the reference file of the device that made them.
-
-    A GPU suite may also measure the machine's CPU (``bench ddp`` runs CPU processes too): those
-    records carry the CPU's label and go into the CPU's file, with the CPU's report.
-    """
-    suite = SUITES[step.what]
-    device = get_device("cpu") if suite.cpu_only else get_device("cuda")
-    records = suite.run(device, True, **step.options)
-    reports = {machine_label(report): report for report in (device_report(device), device_report(get_device("cpu")))}
+    suite = SUITES[spec["suite"]]
+    device = get_device("cpu" if suite.cpu_only else spec["device"])
+    options = {key: tuple(value) if isinstance(value, list) else value for key, value in spec["options"].items()}
+    if spec["part"] is None:
+        records = suite.run(device, False, **options)
+    else:
+        module, _, name = spec["part"].partition(":")
+        function = getattr(importlib.import_module(module), name)
+        if "progress" in inspect.signature(function).parameters:
+            options["progress"] = False
+        records = function(device, **options)
+    reports = {machine_label(report): report for report in (device_report(device), device_report("cpu"))}
     print(records_table(records, this_machine=machine_label(device_report(device))), flush=True)
-    paths = []
+    files = []
     for label in dict.fromkeys(record.machine for record in records):
         if label not in reports:
-            raise ValueError(f"suite {step.what!r} made records labelled {label!r}, a machine other than "
+            raise ValueError(f"suite {spec['suite']!r} made records labelled {label!r}, a machine other than "
                              f"this one ({', '.join(reports)})")
         mine = [record for record in records if record.machine == label]
-        paths.append(save_reference(mine, reports[label], command, directory=DATA / "reference"))
-    return True, f"{len(records)} records in {', '.join(str(path) for path in paths)}", paths
+        path = save_reference(mine, reports[label], spec["command"], directory=Path(spec["data"]) / "reference")
+        files.append(str(path))
+    Path(spec["result"]).write_text(json.dumps({"records": len(records), "files": files}))
 
 
-def run_call(number: int, out: Path | None) -> bool:
-    """Run call ``number``; log it in data/sweeps/; copy what it wrote into ``out``."""
-    call = CALLS[number - 1]
-    command = shlex.join(["python", "tools/gpu_sweep.py", str(number)])
-    gpu = device_report("cuda")
-    print(f"Call {number}: {call.about}, on {gpu['gpu']} (driver {gpu['driver']}, CUDA {gpu['cuda']}, "
-          f"torch {gpu['torch']})", flush=True)
-    entry = {"call": number, "about": call.about, "command": command, "machine": gpu,
-             "date": datetime.date.today().isoformat(), "steps": []}
-    written, passed = [], True
-    for step in call.steps:
-        started = time.perf_counter()
-        if step.kind == "pytest":
-            ok, outcome = run_pytest(step.what)
+def step_environment(site: list[str], dry: bool) -> dict:
+    """The environment of the steps' processes: this checkout and the installed wheels first on the path."""
+    path = [str(ROOT), *site, *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    env.pop(DATA_ENV_VAR, None)  # only a suite step reads another data folder: the unit tests check the real one
+    if dry:
+        env[QUICK_ENV_VAR] = "1"
+    return env
+
+
+def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, env: dict,
+             seconds: float) -> tuple[str, str, list[Path]]:
+    """Run ``step`` in a process of its own, killed with its children after ``seconds``.
+
+    Returns how it ended ("ok", "failed", or "timed out" when killed), a one-line summary and the
+    files it wrote. Its output goes to ``log``. A dry run (``device`` "cpu") leaves the step's
+    sizes to the suites' quick ones, and only collects the tests.
+    """
+    dry = device == "cpu"
+    with tempfile.TemporaryDirectory(prefix="rlgpu-sweep-step-") as scratch:
+        result = Path(scratch) / "result.json"
+        if step.tests is not None:
+            arguments = ["-m", "pytest", *shlex.split(step.tests), *PYTEST]
+            if dry:
+                arguments += ["--collect-only", "-q"]
+            elif step.workers > 1 and importlib.util.find_spec("xdist") is not None:
+                arguments += ["-n", str(step.workers)]
         else:
-            ok, outcome, paths = run_suite(step, command)
-            written += paths
-        seconds = round(time.perf_counter() - started, 1)
-        entry["steps"].append({"step": step.describe(), "ok": ok, "outcome": outcome, "seconds": seconds})
-        print(f"{step.describe()}: {'ok' if ok else 'FAILED'}, {outcome} ({seconds} s)", flush=True)
-        passed &= ok
-    log = DATA / "sweeps" / f"{machine_label(gpu)}.json"
-    entries = json.loads(log.read_text()) if log.exists() else []
-    text = json.dumps(entries + [entry], indent=1) + "\n"
-    atomic_write(log, lambda f: f.write(text.encode()))
-    written.append(log)
-    if out is not None:
-        for path in written:
-            target = out / path.parent.name / path.name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            print(f"Copied {path} to {target}")
+            options = {**step.options, **({} if dry else step.sizes)}
+            spec = {"suite": step.suite, "part": step.part, "options": options, "device": device,
+                    "data": str(data), "command": command, "result": str(result)}
+            arguments = [str(Path(__file__).resolve()), "--measure", json.dumps(spec)]
+            env = {**env, DATA_ENV_VAR: str(data)}  # load_reference() then reads this run's files (the choice)
+        with log.open("a") as output:
+            output.write(f"\n===== {step.name}: {step.describe()} (killed after {seconds:.0f} s)\n")
+            output.flush()
+            start = output.tell()
+            process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, env=env, stdout=output,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                code = process.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)  # the whole group: torchrun's ranks, compile workers
+                process.wait()
+                code = None
+        text = log.read_bytes()[start:].decode(errors="replace")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        files = []
+        if step.tests is not None:
+            counts = {word: len(re.findall(rf" {word}\b", text)) for word in ("PASSED", "FAILED", "ERROR")}
+            summary = lines[-1].strip("= ") if lines and code is not None else (
+                ", ".join(f"{count} {word.lower()}" for word, count in counts.items()) + " so far")
+        elif result.exists():
+            done = json.loads(result.read_text())
+            files = [Path(path) for path in done["files"]]
+            summary = f"{done['records']} records into {', '.join(path.name for path in files) or 'no file'}"
+        else:
+            errors = [line for line in lines if re.match(r"[\w.]+(Error|Exception|Interrupt)\b", line)]
+            summary = "no records" + (f"; {(errors or lines)[-1][:300]}" if lines else "")
+    if code is None:
+        return "timed out", f"killed after {seconds:.0f} s: {summary}", files
+    return ("ok" if code == 0 else "failed"), summary, files
+
+
+def machine_report(device: str, env: dict) -> dict:
+    """``device_report(device)``, made in a process of its own: this one then holds no CUDA context,
+    and the GPU's memory is the steps' alone (the batch size suite finds the card's limit)."""
+    code = ("import json, sys; from rlgpu_helpers.core.device import device_report; "
+            "print(json.dumps(device_report(sys.argv[1])))")
+    done = subprocess.run([sys.executable, "-c", code, device], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else f"exit status {done.returncode}")
+    return json.loads(done.stdout)
+
+
+def run_call(number: int, *, device: str, report: dict, data: Path, out: Path | None, env: dict, redo: bool = False,
+             time_limits: bool = True) -> bool:
+    """Run the steps of call ``number`` that are not on file, each logged as soon as it ends.
+
+    A step starts only if its estimate fits in what is left of the call's :data:`STEPS_S`, and is
+    killed at its limit or at that deadline; without ``time_limits`` (a dry run: the limits are
+    a GPU's) it is killed at :data:`DRY_RUN_LIMIT_S` alone. Returns whether every step of the call
+    is on file as "ok" afterwards. With ``out``, the files the steps wrote and their output are
+    copied there after each step.
+    """
+    call = CALLS[number - 1]
+    deadline = time.perf_counter() + (STEPS_S if time_limits else math.inf)
+    label = machine_label(report)
+    code, commit = code_version(), git_commit()
+    sweep_log = data / "sweeps" / f"{label}.json"
+    log = (out if out is not None else Path(tempfile.mkdtemp(prefix="rlgpu-sweep-"))) / f"call-{number}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = shlex.join(["python", "tools/gpu_sweep.py", str(number)])
+    machine = (f"{report['gpu']} (driver {report['driver']}, CUDA {report['cuda']}" if report["gpu"]
+               else f"{report['cpu']} ({report['logical_cores']} cores") + f", torch {report['torch']})"
+    print(f"Call {number}: {call.about}\n  on {machine}, code {code}; the steps' output goes to {log}", flush=True)
+    passed, written = True, set()
+    for step in call.steps:
+        entries = read_log(sweep_log)
+        done = on_file(entries, step, code)
+        if done is not None and not redo:
+            print(f"  {step.name}: on file ({done['outcome']}, {done['date']}), skipped", flush=True)
+            passed &= done["outcome"] == "ok"
+            continue
+        needed = find_step(step.needs) if step.needs is not None else None
+        if needed is not None and (on_file(entries, needed, code) or {}).get("outcome") != "ok":
+            print(f"  {step.name}: not started, it needs '{step.needs}' on file for this code first "
+                  f"(the files of its call in {data})", flush=True)
+            passed = False
+            continue
+        left = max(0.0, deadline - time.perf_counter())
+        if left < step.estimate_s:
+            print(f"  {step.name}: not started, {left:.0f} s of the call left for about {step.estimate_s} s: "
+                  f"run call {number} again", flush=True)
+            passed = False
+            continue
+        seconds = min(step.limit_s, left) if time_limits else DRY_RUN_LIMIT_S
+        started = time.perf_counter()
+        outcome, summary, files = run_step(step, device=device, data=data, command=command, log=log, env=env,
+                                           seconds=seconds)
+        if outcome == "timed out" and time_limits and seconds < step.limit_s:
+            outcome = "cut off"  # by the call's deadline, not at its own limit: not on file, it runs again
+        took = round(time.perf_counter() - started, 1)
+        append_log(sweep_log, {"call": number, "step": step.describe(), "name": step.name, "outcome": outcome,
+                               "summary": summary, "seconds": took, "estimate_s": step.estimate_s,
+                               "limit_s": step.limit_s, "code": code, "commit": commit, "command": command,
+                               "machine": report, "date": datetime.date.today().isoformat()})
+        print(f"  {step.name}: {outcome}, {summary} ({took} s, estimate {step.estimate_s})", flush=True)
+        if outcome != "ok":
+            passed = False
+            print("    " + "\n    ".join(log.read_text(errors="replace").splitlines()[-25:]), flush=True)
+        written.update([*files, sweep_log])
+        if out is not None:
+            for path in written:
+                (out / path.parent.name).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, out / path.parent.name / path.name)
     return passed
 
+
+# ---------------------------------------------------------------------------- wheels for the GPU image
+
+NEEDED_ON_IMAGE = ("gymnasium", "ipywidgets")
+"""The package's dependencies that the GPU image lacks (the device tool's KINDS.md lists what it has).
+ipywidgets is imported by ``snake.widgets`` alone, but the unit tests import every module."""
+ON_IMAGE = frozenset({"numpy", "cloudpickle", "typing-extensions", "pygments", "psutil"})
+"""What those need that the image has already: not carried, so that the image's own copy is used."""
+GPU_PYTHON = "3.12"
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def project_name(wheel: Path) -> str:
+    """A wheel's project, normalized as pip compares names: ``typing_extensions-4.12-...`` -> ``typing-extensions``."""
+    return re.sub(r"[-_.]+", "-", wheel.name.split("-")[0]).lower()
+
+
+def requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The project's requirement of each of :data:`NEEDED_ON_IMAGE`, as it states it (``gymnasium>=1.1``)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    return [next(d for d in dependencies if re.match(rf"{name}\b", d)) for name in NEEDED_ON_IMAGE]
+
+
+def fits_the_image(wheel: Path) -> bool:
+    """Whether a wheel installs on the GPU image: pure Python, or CPython's stable ABI on x86-64 Linux."""
+    tags = wheel.name.removesuffix(".whl").split("-")[-3:]  # python, abi, platform
+    return tags[1:] == ["none", "any"] or (tags[1] == "abi3" and "linux" in tags[2] and "x86_64" in tags[2])
+
+
+def check_wheels(folder: Path) -> list[Path]:
+    """The wheels in ``folder``, checked: each fits the image, one version of each project, every needed one there."""
+    wheels = sorted(Path(folder).glob("*.whl"))
+    names = [project_name(wheel) for wheel in wheels]
+    problems = [f"{wheel.name} is for another platform" for wheel in wheels if not fits_the_image(wheel)]
+    problems += [f"{name} comes in {names.count(name)} versions" for name in sorted(set(names))
+                 if names.count(name) > 1]
+    problems += [f"no wheel of {name}" for name in NEEDED_ON_IMAGE if name not in names]
+    if problems:
+        raise ValueError(f"wheels={str(folder)!r}: {'; '.join(problems)} "
+                         "(python tools/gpu_sweep.py --download-wheels DIR makes the folder)")
+    return wheels
+
+
+def download_wheels(folder: Path) -> list[Path]:
+    """Download what :data:`NEEDED_ON_IMAGE` needs for the GPU image's Python into ``folder``, less :data:`ON_IMAGE`.
+
+    pip resolves their requirements for Python 3.12 on x86-64 Linux; the wheels of the projects
+    the image has already are dropped. All but one are pure Python (wcwidth, which prompt_toolkit
+    needs, comes built for CPython's stable ABI). The folder's old wheels are replaced.
+    """
+    folder = Path(folder)
+    with tempfile.TemporaryDirectory(prefix="rlgpu-wheels-") as scratch:
+        platforms = [option for platform in PLATFORMS for option in ("--platform", platform)]
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", scratch, "--only-binary=:all:",
+                        "--python-version", GPU_PYTHON, "--implementation", "cp", *platforms, *requirements()],
+                       check=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.whl"):
+            old.unlink()
+        for wheel in Path(scratch).glob("*.whl"):
+            if project_name(wheel) not in ON_IMAGE:
+                shutil.move(wheel, folder / wheel.name)
+    return check_wheels(folder)
+
+
+def install_wheels(folder: Path, target: Path) -> Path:
+    """Install the wheels of ``folder`` into ``target`` without an index or their dependencies; ``target``."""
+    wheels = check_wheels(folder)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
+                    "--no-cache-dir", "--upgrade", "--target", str(target), *map(str, wheels)], check=True)
+    return Path(target)
+
+
+# ---------------------------------------------------------------------------- the command line
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=plan())
     parser.add_argument("call", nargs="?", help=f"1 to {len(CALLS)}, or all")
-    parser.add_argument("--list", action="store_true", help="print the calls and exit")
-    parser.add_argument("--out", type=Path, default=None, help="also copy the files each call wrote here")
+    parser.add_argument("--plan", action="store_true", help="print the calls in order, their limits, and exit")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="with --plan: which calls fit in this much device time, the machine's start included")
+    parser.add_argument("--device", default="cuda",
+                        help="cuda (default), or cpu: a dry run with quick sizes into a temporary folder")
+    parser.add_argument("--data", type=Path, metavar="DIR",
+                        help="where reference/ and sweeps/ go (default: data/; a temporary folder with --device cpu)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="also copy the files each step wrote, and the steps' output, here")
+    parser.add_argument("--install-wheels", type=Path, metavar="DIR",
+                        help="first install the wheels of DIR (no index, no network) for the steps")
+    parser.add_argument("--download-wheels", type=Path, metavar="DIR",
+                        help="download the wheels the GPU image lacks into DIR, and exit")
+    parser.add_argument("--redo", action="store_true", help="run steps already on file for this GPU and code")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # inside a step's own process
     args = parser.parse_args(argv)
-    if args.list:
-        print(plan())
+    if args.measure is not None:
+        measure(json.loads(args.measure))
+        return 0
+    if args.budget is not None and not (args.budget > 0 and args.plan):
+        parser.error(f"--budget={args.budget:g}: give a number of seconds above 0, with --plan")
+    if args.plan or args.download_wheels is not None:
+        if args.call is not None:
+            parser.error(f"call={args.call!r}: --plan and --download-wheels run no call")
+        if args.plan:
+            print(plan(args.budget))
+        else:
+            wheels = download_wheels(args.download_wheels)
+            size = sum(wheel.stat().st_size for wheel in wheels) / 2**20
+            print(f"{len(wheels)} wheels, {size:.1f} MiB, in {args.download_wheels}:",
+                  ", ".join(wheel.name for wheel in wheels))
         return 0
     choices = [str(n) for n in range(1, len(CALLS) + 1)] + ["all"]
     if args.call not in choices:
-        parser.error(f"call={args.call!r}: give one of {', '.join(choices)} (or --list)")
+        parser.error(f"call={args.call!r}: give one of {', '.join(choices)} (or --plan)")
+    if args.device not in ("cuda", "cpu"):
+        parser.error(f"--device={args.device!r}: give cuda, or cpu for a dry run")
+    dry = args.device == "cpu"
+    data = args.data if args.data is not None else (
+        Path(tempfile.mkdtemp(prefix="rlgpu-sweep-dry-")) if dry else ROOT / "data")
+    if dry and data.resolve() == (ROOT / "data").resolve():
+        parser.error(f"--data={str(args.data)!r}: a dry run's quick figures must not go into the course's data/")
+    if not dry and is_quick():
+        parser.error(f"{QUICK_ENV_VAR} is set: the sweep records full-size figures on a GPU; unset it, "
+                     "or give --device cpu for a dry run")
+    if not dry and not torch.cuda.is_available():
+        parser.error(f"--device='cuda': torch.cuda.is_available() is False (torch {torch.__version__}); "
+                     "--device cpu makes a dry run")
+    site = []
+    if args.install_wheels is not None:
+        try:
+            site = [str(install_wheels(args.install_wheels, Path(tempfile.mkdtemp(prefix="rlgpu-sweep-site-"))))]
+        except ValueError as error:
+            parser.error(f"--install-wheels: {error}")
+    env = step_environment(site, dry)
     try:
-        if is_quick():
-            parser.error("RLGPU_QUICK is set: the sweep records full-size figures; unset it first")
-        get_device("cuda")
-    except (ValueError, RuntimeError) as error:
-        parser.error(f"the sweep measures a CUDA GPU: {error}")
+        report = machine_report(args.device, env)
+    except RuntimeError as error:
+        parser.error(f"--device={args.device!r}: {error}")
+    if dry:
+        print(f"Dry run on the CPU with quick sizes, into {data}")
     numbers = range(1, len(CALLS) + 1) if args.call == "all" else [int(args.call)]
-    return 0 if all([run_call(number, args.out) for number in numbers]) else 1
+    results = [run_call(number, device=args.device, report=report, data=data, out=args.out, env=env, redo=args.redo,
+                        time_limits=not dry) for number in numbers]
+    return 0 if all(results) else 1
 
 
 if __name__ == "__main__":

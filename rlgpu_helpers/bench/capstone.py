@@ -371,11 +371,11 @@ def chosen_on_file(device: str | torch.device | None = None, records=None) -> di
 
 
 def measure_capstone(device: str | torch.device | None = None, progress: bool = True, *,
-                     budget_s: float | None = None, parts=("choice", "ablation"), arms=None,
-                     seed: int = 0) -> list[Record]:
+                     budget_s: float | None = None, run_s: float | None = None, parts=("choice", "ablation"),
+                     arms=None, seed: int = 0) -> list[Record]:
     """The ``capstone`` bench suite: the choice (:func:`capstone_settings`) and the ablation, as records.
 
-    Full size: the choice for a 120 s run, then every arm for ``budget_s`` (60 s) with ``seed``.
+    Full size: the choice for a run of ``run_s`` (120 s), then every arm for ``budget_s`` (60 s) with ``seed``.
     ``parts=("ablation",)`` takes the choice on file for this machine (:func:`chosen_on_file`),
     measuring it only when there is none. ``arms``: the arms to run, by the start of their lesson
     (``("all lessons", "03")``; default: all). ``tools/gpu_sweep.py`` spreads the parts and the
@@ -384,11 +384,11 @@ def measure_capstone(device: str | torch.device | None = None, progress: bool = 
     device = get_device(device, param="device")
     parts = check_choices("parts", parts, ("choice", "ablation"))
     budget_s = check_number("budget_s", pick(full=60.0, quick=3.0) if budget_s is None else budget_s, above=0)
+    run_s = check_number("run_s", pick(full=120.0, quick=6.0) if run_s is None else run_s, above=0)
     machine = machine_label(device_report(device))
     records = []
     on_file = None if "choice" in parts else chosen_on_file(device)
     if on_file is None:
-        run_s = pick(full=120.0, quick=6.0)
         chosen = capstone_settings(device, budget_s=run_s, verbose=progress)
         records += choice_records(chosen, machine, run_s)
     else:

@@ -18,6 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+DATA_ENV_VAR = "RLGPU_DATA_DIR"
+"""Names another folder to use instead of the checkout's ``data/`` (the GPU sweep's dry runs write there)."""
+
 
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     """Call ``write(file)`` on a temporary file, fsync it, then rename it to ``path``."""
@@ -47,8 +50,14 @@ def _umask() -> int:
 def data_dir() -> Path:
     """The checkout's ``data/`` folder (reference results, trained agents).
 
-    Found next to the package, so it works from a clone installed with ``pip install -e .``.
+    Found next to the package, so it works from a clone installed with ``pip install -e .``;
+    the environment variable ``RLGPU_DATA_DIR``, where set, names another folder instead.
     """
+    other = os.environ.get(DATA_ENV_VAR)
+    if other:
+        if not Path(other).is_dir():
+            raise FileNotFoundError(f"environment variable {DATA_ENV_VAR}={other!r} is not a folder")
+        return Path(other)
     path = Path(__file__).resolve().parents[2] / "data"
     if not path.is_dir():
         raise FileNotFoundError(f"no data/ folder at {path}: install the package from a clone of "
