@@ -359,7 +359,7 @@ class DeferredCheck:
         """Note the first bad value (device operations only); returns the 0-d ``pending`` flag."""
         self._calls += 1
         self._calls_on_device.add_(1)
-        first = bad.view(torch.uint8).argmax().view(1)
+        first = bad.to(torch.uint8).argmax().view(1)
         new = torch.cat([bad.any().view(1), self._calls_on_device.view(1), first,
                          values.index_select(0, first)]).to(torch.int64)
         self._note.copy_(torch.where(self._note[0] != 0, self._note, new))
