@@ -47,7 +47,7 @@ from ..core.checks import check_bool, check_choice, check_int, check_number, che
 from ..core.device import get_device
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
 from ..gpu.graphs import graph_safe_adam, set_learning_rate, with_launch_settings
-from ..gpu.precision import check_precision, fp32_matmul_precision, precision_context
+from ..gpu.precision import check_precision, fp32_matmul_precision, precision_context, uses_tf32
 from ..snake import rules
 from ..snake.vec import VecSnake
 from .nets import ActorCritic
@@ -294,7 +294,7 @@ class PPO:
         """The TF32 setting of ``config.precision`` around a whole iteration, where compiled code cannot make it."""
         if self.config.precision == "fp32" or self.device.type != "cuda":
             return contextlib.nullcontext()
-        return fp32_matmul_precision(self.config.precision == "tf32")
+        return fp32_matmul_precision(uses_tf32(self.config.precision))
 
     def _forward(self):
         """The context of every forward pass: ``config.precision``'s autocast and TF32 setting, only around it.
