@@ -9,7 +9,7 @@ from rlgpu_helpers.core import compat
 
 
 def test_the_profiler_records_without_a_warning():
-    """torch 2.11 warns at the first use of a profiler that does not accumulate events."""
+    """torch 2.10 and 2.11 warn at the first use of a profiler that does not accumulate events."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with compat.profile(activities=[ProfilerActivity.CPU]) as prof:

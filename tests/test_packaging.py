@@ -2,6 +2,7 @@
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,4 +74,17 @@ def test_ci_script_runs_the_readme_test_command():
     assert any(install in block.splitlines() for block in readme_commands)
     assert any(lines[-1] in block.splitlines() for block in readme_commands)
     assert lines[-1] == "pytest"
+    assert ".ci/versions" in lines  # the unit tests on the other versions, before the main run
+
+
+def test_ci_tests_the_declared_floor_of_python_and_of_every_dependency(pyproject):
+    """.ci/versions reads the floor from pyproject.toml: every lower bound of the package and of its unit tests' tools."""
+    script = ROOT / ".ci" / "versions"
+    assert os.access(script, os.X_OK)
+    pins = subprocess.run([str(script), "floor-pins"], capture_output=True, text=True, check=True).stdout.split()
+    project = pyproject["project"]
+    tools = [spec for spec in project["optional-dependencies"]["dev"] if spec.startswith(("pytest>", "hypothesis>"))]
+    expected = {"python": project["requires-python"]} | requirements(project["dependencies"] + tools)
+    assert {name: ">=" + version for name, version in (pin.split("==") for pin in pins)} == expected
+    assert len(pins) == len(expected)
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 
 def profile(**kwargs):
-    """``torch.profiler.profile(**kwargs)``, without the warning torch 2.11 prints at its first use.
+    """``torch.profiler.profile(**kwargs)``, without the warning torch 2.10 and 2.11 print at its first use.
 
-    torch 2.11 warns "Profiler clears events at the end of each cycle" the first time any
-    profiler starts, unless it accumulates events across cycles (``acc_events=True``); torch 2.13
-    warns only when a profiler starts a second cycle. Every profile in this package records one
-    cycle, where accumulating changes nothing. Unnecessary once the floor is past torch 2.11.
+    They warn "Profiler clears events at the end of each cycle" the first time any profiler
+    starts, unless it accumulates events across cycles (``acc_events=True``); torch 2.6 does not
+    warn, torch 2.13 only when a profiler starts a second cycle. Every profile in this package
+    records one cycle, where accumulating changes nothing. Unnecessary once the floor is past 2.11.
     """
     from torch.profiler import profile as torch_profile
 

@@ -274,14 +274,14 @@ class PPO:
         action, logprob = self.act(obs)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         with self._forward():
-            values = self.model.value(torch.cat([next_obs, info["final_obs"]])).float()
+            next_value, final_value = self.model.value(torch.cat([next_obs, info["final_obs"]])).float().view(2, -1)
         # A truncated game did not end: bootstrap from the value of its real last observation.
-        reward = reward + c.gamma * values[c.num_envs :] * truncated
+        reward = reward + c.gamma * final_value * truncated
         for storage, x in ((self.obs, obs), (self.actions, action), (self.logprobs, logprob), (self.values, value),
                            (self.rewards, reward), (self.dones, (terminated | truncated).to(torch.float32)),
                            (self.scores, info["episode"]["score"]), (self.finished, info["_episode"])):
             storage.index_copy_(0, t, x[None].to(storage.dtype))
-        return next_obs, values[: c.num_envs]
+        return next_obs, next_value
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy acting on ``obs``: an action per row, sampled without a sync, and its log-probability."""
