@@ -7,7 +7,8 @@ each lesson's helpers live:
  #    notebook                    modules
 ====  ==========================  ==========================================================
 00    setup                       core.config, core.checks, core.device, core.files,
-                                  bench.timing, bench.records, bench.report, bench.ceilings
+                                  core.compat, bench.timing, bench.records, bench.report,
+                                  bench.ceilings
 01    cpu_snake                   snake.rules, snake.env, snake.render, snake.widgets,
                                   learn.nets, learn.naive_dqn, learn.evaluate, replay.naive,
                                   bench.loop, bench.claims (used by every lesson after it)

@@ -28,8 +28,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import nbformat
 import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the browser tests read the notebooks with nbformat (dev extras)")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

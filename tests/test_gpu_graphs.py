@@ -2,6 +2,7 @@
 equals eager code, the graph breaks are found, bad settings are refused; on CUDA (`-m gpu`) a
 captured step replays equal eager steps, draws fresh random numbers, and PPO trains graph-captured."""
 
+import inspect
 import io
 
 import pytest
@@ -17,7 +18,7 @@ from rlgpu_helpers.gpu.graphs import (
     load_optimizer_state,
     set_learning_rate,
 )
-from rlgpu_helpers.gpu.sync import audit_syncs
+from rlgpu_helpers.gpu.sync import DeferredCheck, audit_syncs
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig, sample_actions
 from rlgpu_helpers.snake import rules
@@ -111,7 +112,11 @@ def test_reduce_overhead_says_when_its_cuda_graphs_did_not_come(capfd):
 def test_the_graph_breaks_of_the_checked_step_are_found_and_the_unchecked_step_has_none():
     checked = VecSnake(16, seed=0)
     found = graph_breaks(checked.step, actions(1, 16)[0])
-    assert found.breaks >= 1 and any("raise_if_failed" in where for _, where in found.reasons), found
+    # The break is the deferred check's host read. Its frame's name depends on the torch version
+    # (raise_if_failed, or the generator expression in it), its lines do not.
+    lines, first = inspect.getsourcelines(DeferredCheck.raise_if_failed)
+    inside = {f"sync.py:{line}" for line in range(first, first + len(lines))}
+    assert found.breaks >= 1 and any(where.split(" in ")[0] in inside for _, where in found.reasons), found
     clean = graph_breaks(VecSnake(16, seed=0, check_action_values=False)._step, actions(1, 16)[0])
     assert (clean.graphs, clean.breaks, clean.reasons) == (1, 0, ()) and clean.operators > 50
     assert "graph break(s)" in str(found)

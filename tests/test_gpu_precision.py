@@ -17,9 +17,13 @@ from rlgpu_helpers.gpu.precision import (
     fp32_matmul_precision,
     precision_context,
     scaler_trace,
+    set_tf32_matmuls,
     stale_weights_check,
     step_flops,
+    tf32_matmuls,
+    uses_tf32,
 )
+from rlgpu_helpers.learn.ppo import PPO, PPOConfig
 
 A100 = DeviceTraits("cuda", "NVIDIA A100", (8, 0), bf16_native=True, fp16_native=True)
 H100 = DeviceTraits("cuda", "NVIDIA H100", (9, 0), bf16_native=True, fp16_native=True)
@@ -28,6 +32,7 @@ V100 = DeviceTraits("cuda", "Tesla V100", (7, 0), bf16_native=False, fp16_native
 P100 = DeviceTraits("cuda", "Tesla P100", (6, 0), bf16_native=False, fp16_native=False)
 CPU_BF16 = DeviceTraits("cpu", "cpu", None, bf16_native=True)
 CPU_PLAIN = DeviceTraits("cpu", "cpu", None)
+NEW_TF32_API = hasattr(torch.backends.cuda.matmul, "fp32_precision")  # torch 2.9+
 
 
 @pytest.mark.parametrize("traits, speedup, spread, precision, tf32, scaler", [
@@ -78,12 +83,80 @@ def test_unknown_precisions_and_bad_arguments_get_clear_errors():
         TrainStep("fp32", hidden=0)
 
 
-def test_tf32_setting_uses_the_new_api_and_is_put_back():
-    before = torch.backends.cuda.matmul.fp32_precision
-    with fp32_matmul_precision(True):
-        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
-    assert torch.backends.cuda.matmul.fp32_precision == before
-    torch.get_float32_matmul_precision()  # no mix of legacy and new API left behind (that raises)
+@pytest.fixture
+def tf32_state():
+    """Put the process-wide TF32 setting back as it was, through whichever API a test used."""
+    matmul = torch.backends.cuda.matmul
+    legacy = torch.get_float32_matmul_precision()
+    new = matmul.fp32_precision if NEW_TF32_API else None
+    yield
+    torch.set_float32_matmul_precision(legacy)  # sets both APIs consistently
+    if NEW_TF32_API:
+        matmul.fp32_precision = new
+
+
+def read_every_tf32_api() -> dict:
+    """The TF32 setting as each API reads it; a reading that raises (mixed APIs) is an error."""
+    readings = {"allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                "float32_matmul_precision": torch.get_float32_matmul_precision()}
+    if NEW_TF32_API:
+        readings["fp32_precision"] = torch.backends.cuda.matmul.fp32_precision
+    return readings
+
+
+@pytest.mark.parametrize("start", ["default", "legacy high", "legacy highest", "new tf32", "new ieee"])
+@pytest.mark.parametrize("tf32", [True, False])
+def test_tf32_is_set_within_the_block_and_put_back_exactly_after_it(tf32_state, start, tf32):
+    api, _, value = start.partition(" ")
+    if api == "new" and not NEW_TF32_API:
+        pytest.skip(f"torch {torch.__version__} has no torch.backends.cuda.matmul.fp32_precision (2.9+)")
+    if api == "legacy":
+        torch.set_float32_matmul_precision(value)
+    elif api == "new":
+        torch.backends.cuda.matmul.fp32_precision = value
+    before = read_every_tf32_api() if api != "new" else torch.backends.cuda.matmul.fp32_precision
+    was = tf32_matmuls()
+    with fp32_matmul_precision(tf32):
+        assert tf32_matmuls() is tf32
+    assert tf32_matmuls() is was
+    # Whatever API set it before, every API reads the same as before: nothing was mixed in.
+    assert (read_every_tf32_api() if api != "new" else torch.backends.cuda.matmul.fp32_precision) == before
+
+
+def test_set_tf32_matmuls_sets_what_tf32_matmuls_reads_and_takes_a_bool_only(tf32_state):
+    for tf32 in (True, False, True):
+        set_tf32_matmuls(tf32)
+        assert tf32_matmuls() is tf32
+    with pytest.raises(TypeError, match="tf32=1 must be a bool"):
+        set_tf32_matmuls(1)
+
+
+@pytest.mark.parametrize("traits", [A100, H100, T4, V100, P100], ids=lambda traits: traits.name)
+def test_a_gpu_policy_prints_the_tf32_setting_its_precision_makes(tf32_state, traits):
+    """The policy says TF32 exactly when its precision's context (and PPO in it) runs float32 matmuls in TF32."""
+    policy = choose_policy(traits)
+    headline = str(policy).splitlines()[0]
+    assert ("TF32" in headline) is policy.tf32 is uses_tf32(policy.precision)
+    with precision_context(policy.precision, "cpu"):  # the setting is process-wide: readable on a CPU
+        assert tf32_matmuls() is policy.tf32
+    if policy.precision != "fp32":  # PPO's fp32 leaves the setting to the code around it
+        ppo = PPO(PPOConfig(height=6, width=6, num_envs=8, num_steps=4, hidden=8, precision="bf16"))
+        ppo.config.precision = policy.precision  # fp16: the same contexts, without PPOConfig's GradScaler check
+        with ppo._forward():  # around each forward pass
+            assert tf32_matmuls() is policy.tf32
+        ppo.device = torch.device("cuda")  # only its type is read: around an iteration on a GPU
+        with ppo._matmul_precision():
+            assert tf32_matmuls() is policy.tf32
+
+
+def test_a_bf16_learner_runs_every_forward_pass_with_tf32_as_the_policy_says(tf32_state):
+    set_tf32_matmuls(False)
+    ppo = PPO(PPOConfig(height=6, width=6, num_envs=8, num_steps=4, hidden=8, precision="bf16"))
+    settings = []
+    ppo.model.critic.register_forward_hook(lambda module, args, out: settings.append(tf32_matmuls()))
+    ppo.iterate()
+    assert settings and all(settings)
+    assert tf32_matmuls() is False  # put back after each forward pass
 
 
 def test_a_bf16_step_learns_like_fp32_and_its_matmuls_run_in_bf16():

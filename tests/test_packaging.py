@@ -2,20 +2,29 @@
 
 import os
 import re
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+import subprocess
 from pathlib import Path
 
-import yaml
+import pytest
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-ENVIRONMENT = yaml.safe_load((ROOT / "environment.yml").read_text())
 CONDA_NAMES = {"pytorch": "torch"}  # conda-forge package name -> PyPI name
+
+
+@pytest.fixture(scope="module")
+def pyproject() -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on Python 3.10 needs tomli (dev extras)")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+@pytest.fixture(scope="module")
+def environment() -> dict:
+    yaml = pytest.importorskip("yaml", reason="reading environment.yml needs PyYAML (dev extras)")
+    return yaml.safe_load((ROOT / "environment.yml").read_text())
 
 
 def requirements(specs) -> dict[str, str]:
@@ -23,29 +32,29 @@ def requirements(specs) -> dict[str, str]:
     return {CONDA_NAMES.get(r.name, r.name).lower(): str(r.specifier) for r in parsed}
 
 
-def test_environment_yml_names_the_pyproject_dependencies():
-    project = PYPROJECT["project"]
-    conda = [spec for spec in ENVIRONMENT["dependencies"] if isinstance(spec, str) and spec != "pip"]
+def test_environment_yml_names_the_pyproject_dependencies(pyproject, environment):
+    project = pyproject["project"]
+    conda = [spec for spec in environment["dependencies"] if isinstance(spec, str) and spec != "pip"]
     expected = requirements(project["dependencies"] + project["optional-dependencies"]["dev"])
     expected["python"] = project["requires-python"]
     assert requirements(conda) == expected
 
 
-def test_environment_yml_installs_this_checkout_with_dev_extras():
-    assert ENVIRONMENT["name"] == "rlgpu"
-    pip_sections = [spec["pip"] for spec in ENVIRONMENT["dependencies"] if isinstance(spec, dict)]
+def test_environment_yml_installs_this_checkout_with_dev_extras(environment):
+    assert environment["name"] == "rlgpu"
+    pip_sections = [spec["pip"] for spec in environment["dependencies"] if isinstance(spec, dict)]
     assert pip_sections == [["-e .[dev]"]]
 
 
-def test_dependencies_have_lower_bounds_only():
-    project = PYPROJECT["project"]
+def test_dependencies_have_lower_bounds_only(pyproject):
+    project = pyproject["project"]
     for spec in project["dependencies"] + project["optional-dependencies"]["dev"]:
         operators = {s.operator for s in Requirement(spec).specifier}
         assert operators == {">="}, spec
 
 
-def test_pytest_runs_tests_and_notebooks_under_strict_nbval():
-    options = PYPROJECT["tool"]["pytest"]["ini_options"]
+def test_pytest_runs_tests_and_notebooks_under_strict_nbval(pyproject):
+    options = pyproject["tool"]["pytest"]["ini_options"]
     assert options["testpaths"] == ["tests", "notebooks"]
     assert {"--nbval", "--nbval-current-env", "--durations=15"} <= set(options["addopts"])
     assert "--nbval-lax" not in options["addopts"]
@@ -65,4 +74,17 @@ def test_ci_script_runs_the_readme_test_command():
     assert any(install in block.splitlines() for block in readme_commands)
     assert any(lines[-1] in block.splitlines() for block in readme_commands)
     assert lines[-1] == "pytest"
+    assert ".ci/versions" in lines  # the unit tests on the other versions, before the main run
+
+
+def test_ci_tests_the_declared_floor_of_python_and_of_every_dependency(pyproject):
+    """.ci/versions reads the floor from pyproject.toml: every lower bound of the package and of its unit tests' tools."""
+    script = ROOT / ".ci" / "versions"
+    assert os.access(script, os.X_OK)
+    pins = subprocess.run([str(script), "floor-pins"], capture_output=True, text=True, check=True).stdout.split()
+    project = pyproject["project"]
+    tools = [spec for spec in project["optional-dependencies"]["dev"] if spec.startswith(("pytest>", "hypothesis>"))]
+    expected = {"python": project["requires-python"]} | requirements(project["dependencies"] + tools)
+    assert {name: ">=" + version for name, version in (pin.split("==") for pin in pins)} == expected
+    assert len(pins) == len(expected)
 

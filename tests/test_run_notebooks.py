@@ -4,7 +4,10 @@ import importlib.util
 import re
 from pathlib import Path
 
-import nbformat
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="tools/run_notebooks.py needs nbformat (dev extras)")
+pytest.importorskip("nbclient", reason="tools/run_notebooks.py runs notebooks with nbclient (dev extras, with jupyterlab)")
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("run_notebooks", ROOT / "tools" / "run_notebooks.py")

@@ -57,6 +57,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from tqdm.auto import tqdm
 
+from ..core import compat
 from ..core.checks import check_choices, check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label, synchronize
@@ -183,7 +184,7 @@ def count_launches(fn: Callable[[], object], device: str | torch.device | None =
     of its kernel). ``warmup`` calls first, then ``calls`` counted.
     """
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
@@ -198,7 +199,7 @@ def count_launches(fn: Callable[[], object], device: str | torch.device | None =
                 fn()
         return LaunchCount(dispatched.operators / calls, CPU_COUNTED)
     with quiet_profiler():
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(calls):
                 fn()
             synchronize(device)

@@ -165,7 +165,13 @@ def ppo_runs(device: str | torch.device | None = None, *, variants=None, steps: 
             if variant == "bf16 whole run":
                 policy = PrecisionPolicy(device.type, "bf16", False, False, ("one autocast region around the run",))
                 with autocast(policy, device):
-                    result = train(PPO(ppo_config(device, seed)), steps=steps, progress=progress)
+                    learner = PPO(ppo_config(device, seed))
+                    # Before torch 2.11 the region cached the casts made while acting (inference mode,
+                    # no gradients) and the first backward failed. A forward pass with gradients first
+                    # caches the weights as 2.11 and later do at the first update (there it changes
+                    # nothing); the weights the run learns with stay stale on every version.
+                    learner.model(learner.next_obs)
+                    result = train(learner, steps=steps, progress=progress)
             else:
                 result = train(PPO(ppo_config(device, seed, variant)), steps=steps, progress=progress)
             results[variant].append(result)

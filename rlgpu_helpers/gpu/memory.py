@@ -35,6 +35,7 @@ from collections.abc import Callable
 import torch
 
 from ..bench.launch import quiet_profiler
+from ..core import compat
 from ..core.checks import check_int, check_number
 from ..core.device import get_device, synchronize
 
@@ -92,9 +93,9 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device | None = No
         fn()
         synchronize(device)
         return max(0, torch.cuda.max_memory_allocated(device) - before)
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    with quiet_profiler(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     held = peak = 0
     for event in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),

@@ -29,6 +29,7 @@ import torch
 
 from ..bench.launch import quiet_profiler
 from ..bench.report import Table, format_number
+from ..core import compat
 from ..core.checks import check_int, check_number
 from ..core.device import get_device, logical_cores
 
@@ -196,14 +197,14 @@ def profile_ppo(learner, iterations: int = 3, trace_path: str | Path | None = No
     """
     iterations = check_int("iterations", iterations)
     wait, warmup = check_int("wait", wait, 0), check_int("warmup", warmup, 0)
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerActivity, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if learner.device.type == "cuda" else [])
     targets = ((learner.env, "step", "env"), (learner, "_collect", "rollout"), (learner, "_update", "learn"))
     for owner, method, label in targets:
         setattr(owner, method, _labelled(getattr(owner, method), label))
     try:
-        with quiet_profiler(), profile(activities=activities,
+        with quiet_profiler(), compat.profile(activities=activities,
                                        schedule=schedule(wait=wait, warmup=warmup, active=iterations)) as prof:
             for _ in range(wait + warmup + iterations):
                 with torch.profiler.record_function("iteration"):

@@ -8,8 +8,9 @@ narrower range, and ``tf32`` is float32 whose matmuls round their inputs to 10 m
 Ampere and later GPUs. :func:`choose_policy` picks one from what the device multiplies natively
 and says why; :func:`precision_policy` looks at a real device (and, on a CPU with bf16
 instructions, measures bf16 against fp32 before it trusts it). Everything here uses the
-``torch.amp`` API (``torch.amp.autocast``, ``torch.amp.GradScaler``) and TF32 through
-``torch.backends.cuda.matmul.fp32_precision``.
+``torch.amp`` API (``torch.amp.autocast``, ``torch.amp.GradScaler``), and sets TF32 in one place
+(:func:`set_tf32_matmuls`): ``bf16`` and ``tf32`` run float32 matmuls in TF32 on a GPU, the
+printed policy says so, and PPO does the same.
 
 ``fp16`` gradients underflow to zero where float32's would not, so an fp16 step multiplies the
 loss by a large scale before ``backward`` and divides the gradients by it before the optimizer
@@ -52,21 +53,53 @@ def check_precision(name: str, value) -> str:
     return check_choice(name, value, PRECISIONS)
 
 
+TF32_PRECISIONS = ("tf32", "bf16")
+"""The precisions whose float32 matmuls run in TF32 on a CUDA GPU: ``tf32`` itself, and ``bf16``, whose
+GPUs (compute capability 8.0+) all have TF32 for what autocast leaves in float32. ``fp16`` is the
+format of older GPUs, without TF32: its float32 matmuls stay full float32, as ``fp32``'s do."""
+
+# torch 2.9 replaced the ``allow_tf32`` flag by ``fp32_precision``; once that is "tf32", reading the
+# old flag (or torch.get_float32_matmul_precision()) raises, so where the new API exists only it is
+# used. The fallback to ``allow_tf32`` is for torch 2.6-2.8 and goes once the floor is torch 2.9.
+_TF32_SETTING = "fp32_precision" if hasattr(torch.backends.cuda.matmul, "fp32_precision") else "allow_tf32"
+
+
+def tf32_matmuls() -> bool:
+    """Whether float32 matmuls on CUDA run in TF32 now (a process-wide setting, readable on a CPU build too)."""
+    value = getattr(torch.backends.cuda.matmul, _TF32_SETTING)
+    return value == "tf32" if _TF32_SETTING == "fp32_precision" else value
+
+
+def set_tf32_matmuls(tf32: bool) -> None:
+    """From now on, float32 matmuls on CUDA run in TF32 (``True``) or in full float32 (``False``)."""
+    if not isinstance(tf32, bool):
+        raise TypeError(f"tf32={tf32!r} must be a bool")
+    value = ("tf32" if tf32 else "ieee") if _TF32_SETTING == "fp32_precision" else tf32
+    setattr(torch.backends.cuda.matmul, _TF32_SETTING, value)
+
+
 @contextlib.contextmanager
 def fp32_matmul_precision(tf32: bool):
     """Within the block, float32 CUDA matmuls run in TF32 (``tf32=True``) or full float32.
 
-    Sets ``torch.backends.cuda.matmul.fp32_precision`` ("tf32" or "ieee"), the API of torch
-    2.9 and later (mixing it with the legacy ``allow_tf32`` flags is an error), and puts the
-    previous value back afterwards. It changes nothing on a CPU.
+    Changes the setting (:func:`set_tf32_matmuls`) only where it differs, and then puts the
+    previous value back afterwards through the same API, so that what any code reads after the
+    block is what it read before. It changes nothing on a CPU.
     """
-    matmul = torch.backends.cuda.matmul
-    before = matmul.fp32_precision
-    matmul.fp32_precision = "tf32" if tf32 else "ieee"
+    if tf32_matmuls() == tf32:
+        yield
+        return
+    before = getattr(torch.backends.cuda.matmul, _TF32_SETTING)  # fp32_precision "none" (inherit) stays "none"
+    set_tf32_matmuls(tf32)
     try:
         yield
     finally:
-        matmul.fp32_precision = before
+        setattr(torch.backends.cuda.matmul, _TF32_SETTING, before)
+
+
+def uses_tf32(precision: str) -> bool:
+    """Whether ``precision`` runs its float32 matmuls in TF32 on a CUDA GPU (it is in :data:`TF32_PRECISIONS`)."""
+    return check_precision("precision", precision) in TF32_PRECISIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +224,8 @@ def precision_context(precision: str, device: str | torch.device | None = None):
     region held open across ``optimizer.step()`` goes on multiplying by the weights of its first
     forward pass: the model stops changing, however well the optimizer works
     (:func:`stale_weights_check` shows it). Leaving the region frees the cache. ``"fp32"`` runs
-    CUDA float32 matmuls in full float32, ``"tf32"`` in TF32; on a CPU both are plain float32.
+    CUDA float32 matmuls in full float32, ``"tf32"`` and ``"bf16"`` in TF32 (:data:`TF32_PRECISIONS`);
+    on a CPU all float32 is plain float32.
     Inside a function ``torch.compile`` traces, only the autocast is entered: the compiler cannot
     trace the TF32 setting, which must then be made around the compiled call (``PPO`` does).
     """
@@ -202,7 +236,7 @@ def precision_context(precision: str, device: str | torch.device | None = None):
     if torch.compiler.is_compiling():
         return autocast  # the compiler traces a plain autocast block, not one inside an ExitStack
     stack = contextlib.ExitStack()
-    stack.enter_context(fp32_matmul_precision(precision == "tf32"))
+    stack.enter_context(fp32_matmul_precision(uses_tf32(precision)))
     stack.enter_context(autocast)
     return stack
 

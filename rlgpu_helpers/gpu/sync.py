@@ -50,6 +50,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..bench.report import Table
+from ..core import compat
 from ..core.checks import check_choice, check_int
 from ..core.device import get_device
 
@@ -305,10 +306,10 @@ def _sort_warnings(caught, found: collections.Counter, operator: str) -> None:
 def _profile_runtime_syncs(run, device: torch.device) -> dict[str, int] | None:
     """Run ``run()`` under the profiler; synchronizing CUDA runtime calls by name, beyond an
     empty run's (the profiler's own). None where the profiler cannot trace CUDA here."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     def count(body) -> collections.Counter:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             body()
         calls = collections.Counter()
         for event in prof.events():
@@ -369,7 +370,7 @@ class DeferredCheck:
         self._refuse_capture()
         self._calls += 1
         self._calls_on_device.add_(1)
-        first = bad.view(torch.uint8).argmax().view(1)
+        first = bad.to(torch.uint8).argmax().view(1)
         new = torch.cat([bad.any().view(1), self._calls_on_device.view(1), first,
                          values.index_select(0, first)]).to(torch.int64)
         self._note.copy_(torch.where(self._note[0] != 0, self._note, new))

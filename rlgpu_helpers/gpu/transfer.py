@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 from ..bench.claims import CLAIMS, Verdict, judge, record_ratio
 from ..bench.records import Record, check_records
 from ..bench.timing import time_callable
+from ..core import compat
 from ..core.checks import check_choices, check_int, check_ints
 from ..core.config import pick
 from ..core.device import _command_output, device_report, get_device, machine_label
@@ -406,7 +407,7 @@ def prefetch_timeline(device: str | torch.device | None = None, *, rows: int | N
     :func:`plot_timeline`; None without CUDA (nothing to overlap) or when the profiler saw no
     GPU work (it needs CUPTI), saying which.
     """
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, record_function
 
     device = get_device(device, param="device")
     rows, width, batches = _prefetch_sizes(device, rows, width, batches)
@@ -420,7 +421,7 @@ def prefetch_timeline(device: str | torch.device | None = None, *, rows: int | N
         loop()
     torch.cuda.synchronize(device)
     try:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for name, loop in loops.items():
                 with record_function(name):
                     loop()

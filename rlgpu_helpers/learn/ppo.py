@@ -51,7 +51,7 @@ from ..core.checks import check_bool, check_choice, check_int, check_number, che
 from ..core.device import get_device
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
 from ..gpu.graphs import graph_safe_adam, load_optimizer_state, set_learning_rate, with_launch_settings
-from ..gpu.precision import check_precision, fp32_matmul_precision, precision_context
+from ..gpu.precision import check_precision, fp32_matmul_precision, precision_context, uses_tf32
 from ..snake import rules
 from ..snake.vec import VecSnake
 from .nets import ActorCritic
@@ -280,14 +280,14 @@ class PPO:
         action, logprob = self.act(obs)
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         with self._forward():
-            values = self.model.value(torch.cat([next_obs, info["final_obs"]])).float()
+            next_value, final_value = self.model.value(torch.cat([next_obs, info["final_obs"]])).float().view(2, -1)
         # A truncated game did not end: bootstrap from the value of its real last observation.
-        reward = reward + c.gamma * values[c.num_envs :] * truncated
+        reward = reward + c.gamma * final_value * truncated
         for storage, x in ((self.obs, obs), (self.actions, action), (self.logprobs, logprob), (self.values, value),
                            (self.rewards, reward), (self.dones, (terminated | truncated).to(torch.float32)),
                            (self.scores, info["episode"]["score"]), (self.finished, info["_episode"])):
             storage.index_copy_(0, t, x[None].to(storage.dtype))
-        return next_obs, values[: c.num_envs]
+        return next_obs, next_value
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy acting on ``obs``: an action per row, sampled without a sync, and its log-probability."""
@@ -300,7 +300,7 @@ class PPO:
         """The TF32 setting of ``config.precision`` around a whole iteration, where compiled code cannot make it."""
         if self.config.precision == "fp32" or self.device.type != "cuda":
             return contextlib.nullcontext()
-        return fp32_matmul_precision(self.config.precision == "tf32")
+        return fp32_matmul_precision(uses_tf32(self.config.precision))
 
     def _forward(self):
         """The context of every forward pass: ``config.precision``'s autocast and TF32 setting, only around it.

@@ -440,7 +440,7 @@ class VecSnake(VectorEnv):
         # the number of rows whose running count of empty cells is <= r.
         r = self._random_below(self._cells - self._length, advance).to(self._small)
         before = self._row_free.cumsum(1, dtype=self._small)  # empty cells in rows 0..i
-        row = (before <= r[:, None]).view(torch.uint8).sum(1, dtype=torch.uint8)  # H <= 64 fits
+        row = (before <= r[:, None]).to(torch.uint8).sum(1, dtype=torch.uint8)  # H <= 64 fits
         row = row.to(self._small).clamp_(max=self.height - 1)  # clamp: games that need no food
         at = self._row_free_at + row
         k = r - before.view(-1).index_select(0, at) + self._row_free.view(-1).index_select(0, at)
@@ -449,7 +449,7 @@ class VecSnake(VectorEnv):
         which = torch.where(need, self._first_row + 1 + row, 0)
         cells = self._stamp.view(-1, self._pitch).index_select(0, which)  # (N, W + 1)
         empty = cells <= (self._clock - self._length)[:, None]  # the wall column is never empty
-        running = empty.view(torch.uint8).cumsum(1, dtype=torch.uint8)  # W <= 64 fits
+        running = empty.to(torch.uint8).cumsum(1, dtype=torch.uint8)  # W <= 64 fits
         # The number of cells whose running count is <= k: a binary search in each game's row.
         col = torch.searchsorted(running, k.to(torch.uint8)[:, None], right=True, out_int32=True)
         col = col.view(-1).to(self._small).clamp_(max=self.width - 1)
@@ -473,7 +473,7 @@ class VecSnake(VectorEnv):
         """
         N, P = self.num_envs, self._pitch
         stamps = self._stamp.view(N, -1)
-        free = (stamps <= (self._clock - self._length + 1)[:, None]).view(torch.uint8)
+        free = (stamps <= (self._clock - self._length + 1)[:, None]).to(torch.uint8)
         free.scatter_(1, self._head[:, None].to(torch.int64), 0)  # in a step, the new head has no stamp yet
         free = free[:, None, :]  # (N, 1, C)
         ahead = self._head[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3) cells
@@ -502,7 +502,7 @@ class VecSnake(VectorEnv):
         ahead = head_at[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3)
         stamps = self._stamp.view(-1).index_select(0, ahead.view(-1))
         danger = stamps.view(-1, 3) > (self._clock - self._length + 1)[:, None]
-        return (danger.view(torch.uint8) * self._danger_weights).sum(1, dtype=self._small)
+        return (danger.to(torch.uint8) * self._danger_weights).sum(1, dtype=self._small)
 
     def _observe_features(self, danger_code: torch.Tensor, no_food: torch.Tensor | None = None):
         """One row lookup per game in the table of every possible features observation."""
