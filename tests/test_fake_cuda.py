@@ -10,6 +10,9 @@ host memory, the copies their docstrings describe, and nothing else. The planted
 the harness catches a CPU tensor in a hot loop, a ``.item()`` in ``VecSnake.step`` and a
 host-to-device copy in acting, each as exactly that problem at that place.
 
+Without g++ or torch's headers the dry runs skip, with the reason; where ``CI_REQUIRE_FAKE_CUDA=1``
+(``.ci/run`` sets it) they fail instead, so CI cannot skip them silently.
+
 The fake CUDA device guard is a few lines of C++ compiled with g++ into pytest's temporary folder,
 and its registration cannot be undone, so the cases run in child processes of this interpreter,
 one per group (``Case.group``; the groups run side by side), each case in a ``FakeCuda`` of its
@@ -361,6 +364,8 @@ def run_cases(library: str, names: list[str]) -> dict:
 def guard_library(tmp_path_factory) -> Path:
     """The fake CUDA device guard, compiled once per session into pytest's temporary folder."""
     reason = guard_unavailable()
+    if reason is not None and os.environ.get("CI_REQUIRE_FAKE_CUDA") == "1":
+        pytest.fail(f"{reason}; CI_REQUIRE_FAKE_CUDA=1 forbids skipping the dry runs", pytrace=False)
     if reason is not None:
         pytest.skip(reason)
     return build_guard(tmp_path_factory.mktemp("fakecuda"))
