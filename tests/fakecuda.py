@@ -86,6 +86,10 @@ def guard_unavailable() -> str | None:
     """Why the fake CUDA device guard cannot be built here, or None if it can."""
     if torch.cuda.is_available():
         return "real CUDA is available: the GPU tests (-m gpu) run the CUDA paths for real"
+    if torch.version.cuda is not None:
+        return (f"this torch is a CUDA build (CUDA {torch.version.cuda}) and no GPU is here: fake tensors on "
+                "'cuda' would call its CUDA runtime (a convolution asks it for a backend); the dry runs need "
+                "a CPU-only torch")
     if shutil.which("g++") is None:
         return "g++ is missing: the fake CUDA device guard is compiled at test time"
     header = _TORCH_INCLUDE / "c10/core/impl/FakeGuardImpl.h"

@@ -66,6 +66,7 @@ def test_epsilon_decays_over_the_exploration_fraction():
     assert dqn.epsilon(0.5) == pytest.approx(0.1) and dqn.epsilon(1.0) == pytest.approx(0.1)
 
 
+@pytest.mark.learning
 def test_dqn_learns_to_beat_a_random_policy_on_a_small_grid():
     random_score = random_policy_mean_score(6, 6)
     learner = make_learner("dqn", height=6, width=6, num_envs=32, learning_starts=2_000, seed=1)

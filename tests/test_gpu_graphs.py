@@ -8,6 +8,7 @@ import io
 import pytest
 import torch
 
+from chatter import stderr_of_the_code
 from rlgpu_helpers.gpu.graphs import (
     CapturedStep,
     choose_settings,
@@ -106,7 +107,7 @@ def test_reduce_overhead_says_when_its_cuda_graphs_did_not_come(capfd):
     with cuda_graph_skips() as reasons:  # how Inductor reports a skip on CUDA: a warning, and a count
         log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (1 instances)")
     assert reasons == ["skipping cudagraphs due to mutated inputs (1 instances)"]
-    assert capfd.readouterr().err == ""  # collected, not printed
+    assert stderr_of_the_code(capfd.readouterr().err) == ""  # collected, not printed
 
 
 def test_the_graph_breaks_of_the_checked_step_are_found_and_the_unchecked_step_has_none():

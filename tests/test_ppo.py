@@ -207,6 +207,7 @@ def random_policy_mean_score(height, width, games=2000, seed=0):
     return sum(done_scores) / len(done_scores)
 
 
+@pytest.mark.learning
 def test_ppo_learns_to_beat_a_random_policy_on_a_small_grid():
     random_score = random_policy_mean_score(6, 6)
     learner = make_learner("ppo", height=6, width=6, num_envs=128, num_steps=32, seed=3)

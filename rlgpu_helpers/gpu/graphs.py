@@ -84,19 +84,22 @@ def cuda_graph_skips():
 
     reasons: list[str] = []
 
-    class Collect(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            reasons.append(record.getMessage())
+    def collect(record: logging.LogRecord) -> bool:  # a logger filter: keep the reason, drop the record
+        if "cudagraph" not in record.getMessage().lower():
+            return True
+        reasons.append(record.getMessage())
+        return False
 
-    logger = logging.getLogger("torch._inductor.cudagraph_utils.__cudagraphs")
-    handler, propagate, before = Collect(), logger.propagate, counters["inductor"]["cudagraph_skips"]
-    logger.addHandler(handler)
-    logger.propagate = False
+    # torch >= 2.7 logs skips as "cudagraphs" artifacts; torch 2.6 as "perf_hints" (with other hints).
+    loggers = [logging.getLogger(f"torch._inductor.cudagraph_utils.__{name}") for name in ("cudagraphs", "perf_hints")]
+    before = counters["inductor"]["cudagraph_skips"]
+    for logger in loggers:
+        logger.addFilter(collect)
     try:
         yield reasons
     finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
+        for logger in loggers:
+            logger.removeFilter(collect)
         unexplained = counters["inductor"]["cudagraph_skips"] - before - len(reasons)
         if unexplained > 0:
             reasons.append(f"Inductor skipped CUDA graphs for {unexplained} graph(s) without a reason")
