@@ -26,8 +26,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from .bench.records import save_json, save_reference
-from .bench.report import records_table
+from .measure.records import save_json, save_reference
+from .measure.table import records_table
 from .bench.suites import SUITES
 from .bench.time_to_score import CAPSTONE_OBS
 from .core.checks import SEED_LIMIT, check_seed

@@ -19,7 +19,7 @@ from rlgpu_helpers.bench.accumulation import (
     snake_batch,
     update_cost,
 )
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.core.device import device_report, machine_label
 
 LABEL = machine_label(device_report("cpu"))

@@ -17,7 +17,7 @@ from rlgpu_helpers.bench.batch_size import (
     sweep_table,
     training_utilization,
 )
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 
 
 @pytest.fixture(autouse=True)

@@ -14,8 +14,8 @@ from rlgpu_helpers.bench.ceilings import (
     seconds_per_call,
     time_per_call,
 )
-from rlgpu_helpers.bench.records import Record
-from rlgpu_helpers.bench.timing import Timing
+from rlgpu_helpers.measure.records import Record
+from rlgpu_helpers.measure.timing import Timing
 from rlgpu_helpers.core.device import device_report, machine_label
 
 LABEL = machine_label(device_report("cpu"))

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rlgpu_helpers.bench.claims import (
+from rlgpu_helpers.measure.claims import (
     CLAIMS,
     HELD,
     NOT_HELD,
@@ -124,8 +124,8 @@ def test_bad_input_raises(call, error, message):
 
 
 def test_record_ratio_adds_both_relative_spreads_in_quadrature():
-    from rlgpu_helpers.bench.claims import record_ratio
-    from rlgpu_helpers.bench.records import Record
+    from rlgpu_helpers.measure.claims import record_ratio
+    from rlgpu_helpers.measure.records import Record
 
     top = Record("b", "top", "throughput", 30.0, "x/s", {}, 3.0, "m")  # 10% spread
     bottom = Record("b", "bottom", "throughput", 10.0, "x/s", {}, None, "m")  # no spread: exact

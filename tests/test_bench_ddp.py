@@ -3,9 +3,9 @@ scaling table against 1 process, and the multi-GPU claims judged only on GPU rec
 
 import pytest
 
-from rlgpu_helpers.bench.claims import CLAIMS
+from rlgpu_helpers.measure.claims import CLAIMS
 from rlgpu_helpers.bench.ddp import NAME, claim_verdicts, measure_processes, proof_table, scaling_table
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.core.device import device_report, machine_label
 
 LABEL = machine_label(device_report("cpu"))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlgpu_helpers.bench import envs as env_bench
-from rlgpu_helpers.bench.claims import (
+from rlgpu_helpers.measure.claims import (
     CLAIMS,
     HELD,
     NOT_HELD,
@@ -45,7 +45,7 @@ from rlgpu_helpers.bench.envs import (
     vec_snake_step_memory,
     vec_snake_throughput,
 )
-from rlgpu_helpers.bench.records import Record, load_json
+from rlgpu_helpers.measure.records import Record, load_json
 from rlgpu_helpers.bench.suites import SUITES
 from rlgpu_helpers.cli import main
 from rlgpu_helpers.core.device import device_report, machine_label

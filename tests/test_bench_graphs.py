@@ -20,7 +20,7 @@ from rlgpu_helpers.bench.graphs import (
     step_table,
 )
 from rlgpu_helpers.bench import graphs as graphs_suite
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.gpu.graphs import Compiled
 
 

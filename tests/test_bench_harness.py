@@ -6,8 +6,10 @@ import time
 import pytest
 import torch
 
-from rlgpu_helpers.bench import timing
-from rlgpu_helpers.bench.records import (
+from rlgpu_helpers.measure import timing
+from rlgpu_helpers.core.files import data_dir
+from rlgpu_helpers.measure.plots import plot_records
+from rlgpu_helpers.measure.records import (
     FORMAT,
     Record,
     load_json,
@@ -15,9 +17,8 @@ from rlgpu_helpers.bench.records import (
     save_json,
     save_reference,
 )
-from rlgpu_helpers.bench.report import plot_records, records_table
-from rlgpu_helpers.bench.timing import Timing, time_callable
-from rlgpu_helpers.core.files import data_dir
+from rlgpu_helpers.measure.table import records_table
+from rlgpu_helpers.measure.timing import Timing, time_callable
 
 REPORT = {"gpu": None, "cpu": "Test CPU 9000", "logical_cores": 4}
 LABEL = "cpu-test-cpu-9000-4c"

@@ -27,7 +27,7 @@ from rlgpu_helpers.bench.launch import (
     reference_ceilings,
     traffic_bytes,
 )
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 
 
 @pytest.fixture(autouse=True)

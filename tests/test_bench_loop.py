@@ -4,7 +4,7 @@ import pytest
 import torch
 from test_naive_dqn import SMALL
 
-from rlgpu_helpers.bench.claims import HELD, PARTLY, WITHIN_NOISE
+from rlgpu_helpers.measure.claims import HELD, PARTLY, WITHIN_NOISE
 from rlgpu_helpers.bench.loop import (
     LoopMeasurement,
     changes_table,
@@ -15,7 +15,7 @@ from rlgpu_helpers.bench.loop import (
     tuning_rows,
     tuning_verdicts,
 )
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.learn.naive_dqn import PARTS, LoopSettings, NaiveRunResult
 
 

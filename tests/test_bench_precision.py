@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlgpu_helpers.bench.claims import HELD
+from rlgpu_helpers.measure.claims import HELD
 from rlgpu_helpers.bench.envs import claim_checks_table
 from rlgpu_helpers.bench.precision import (
     MEMORY_NAME,
@@ -19,7 +19,7 @@ from rlgpu_helpers.bench.precision import (
     step_table,
     target_checks,
 )
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 
 
 @pytest.fixture(autouse=True)

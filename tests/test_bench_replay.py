@@ -4,7 +4,7 @@ import pytest
 
 from rlgpu_helpers.bench import replay
 from rlgpu_helpers.bench.envs import claim_checks_table
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.bench.replay import (
     LABELS,
     TORCHRL,

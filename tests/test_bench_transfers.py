@@ -3,7 +3,7 @@ it turns the GPU-only results into."""
 
 import pytest
 
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.bench.transfers import (
     early_read_records,
     link_record,

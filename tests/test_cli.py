@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch
 
-from rlgpu_helpers.bench import records
-from rlgpu_helpers.bench.records import Record, load_json
+from rlgpu_helpers.measure import records
+from rlgpu_helpers.measure.records import Record, load_json
 from rlgpu_helpers.bench.suites import SUITES, Suite
 from rlgpu_helpers.cli import main
 from rlgpu_helpers.core.device import device_report, machine_label

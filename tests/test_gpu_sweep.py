@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlgpu_helpers.bench.records import Record, load_json
+from rlgpu_helpers.measure.records import Record, load_json
 from rlgpu_helpers.bench.suites import SUITES, Suite
 from rlgpu_helpers.core.device import device_report, machine_label
 
@@ -128,7 +128,7 @@ def test_a_step_s_records_go_into_the_file_of_the_machine_that_made_them(monkeyp
 STUB = '''
 import time
 
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.core.device import device_report, machine_label
 
 

@@ -10,15 +10,15 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
-from rlgpu_helpers.bench.claims import (
+from rlgpu_helpers.measure.claims import (
     CLAIMS,
     HELD,
     NOT_HELD,
     WITHIN_NOISE,
     speedup_spread,
 )
-from rlgpu_helpers.bench.records import Record
-from rlgpu_helpers.bench.timing import Timing
+from rlgpu_helpers.measure.records import Record
+from rlgpu_helpers.measure.timing import Timing
 from rlgpu_helpers.core.device import device_report, machine_label
 from rlgpu_helpers.gpu import transfer
 from rlgpu_helpers.gpu.transfer import (

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlgpu_helpers.bench.records import Record
+from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.bench.time_to_score import (
     Curve,
     compare_to_score,

@@ -285,8 +285,8 @@ def measure(spec: dict) -> None:
     A suite that measures the CPU (``loop``; ``ddp``'s CPU processes) makes records labelled with
     the CPU: they go into the CPU's reference file, with the CPU's report.
     """
-    from rlgpu_helpers.bench.records import save_reference
-    from rlgpu_helpers.bench.report import records_table
+    from rlgpu_helpers.measure.records import save_reference
+    from rlgpu_helpers.measure.table import records_table
     from rlgpu_helpers.bench.suites import SUITES
 
     suite = SUITES[spec["suite"]]

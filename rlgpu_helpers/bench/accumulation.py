@@ -53,9 +53,9 @@ from ..gpu.memory import peak_memory
 from ..learn.nets import QNetwork
 from ..learn.ppo import PPO, PPOConfig
 from ..snake.vec import VecSnake
-from .records import Record, check_records
-from .report import Table, format_number
-from .timing import time_callable
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 
 NAME = "accumulation"
 GRADIENT_NAME = "accumulated_gradient"

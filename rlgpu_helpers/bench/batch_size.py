@@ -38,12 +38,13 @@ from ..gpu.memory import MIB, find_max_batch_size, peak_memory, release_memory, 
 from ..gpu.monitor import UtilizationMonitor
 from ..learn.nets import ActorCritic
 from ..learn.ppo import PPO, PPOConfig, suggested_settings
+from ..measure.claims import CLAIMS, judge, record_ratio
+from ..measure.plots import plot_records
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 from ..snake import rules
-from .claims import CLAIMS, judge, record_ratio
 from .envs import ClaimCheck
-from .records import Record, check_records
-from .report import Table, format_number, plot_records
-from .timing import time_callable
 
 NAME = "batch_update"
 MAX_NAME = "max_batch"

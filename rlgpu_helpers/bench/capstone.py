@@ -34,9 +34,9 @@ from ..core.checks import check_choices, check_ints, check_number
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label
 from ..gpu.memory import try_to_fit
-from .claims import CLAIMS, Verdict, judge
-from .records import Record, check_records
-from .report import Table, format_number
+from ..measure.claims import CLAIMS, Verdict, judge
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
 from .time_to_score import Curve, curve_records, ours_settings, run_ours
 
 FEW_GAMES = 8
@@ -358,7 +358,7 @@ def chosen_on_file(device: str | torch.device | None = None, records=None) -> di
 
     ``records``: where to look (default: ``data/reference/``).
     """
-    from .records import load_reference
+    from ..measure.records import load_reference
 
     device = get_device(device, param="device")
     machine = machine_label(device_report(device))

@@ -23,9 +23,9 @@ from tqdm.auto import tqdm
 from ..core.checks import check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label, native_half_dtypes
-from .records import Record, check_records
-from .report import Table, format_number
-from .timing import time_callable
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 
 _MIB = 2**20
 

@@ -26,9 +26,9 @@ from ..core.checks import check_ints
 from ..core.config import pick
 from ..core.device import device_report, get_device, logical_cores, machine_label
 from ..gpu.distributed import run_json
-from .claims import CLAIMS, judge, record_ratio
-from .records import Record, check_records
-from .report import Table, format_number
+from ..measure.claims import CLAIMS, judge, record_ratio
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
 
 NAME = "ddp"
 

@@ -11,7 +11,7 @@ Four ways of running N games, all with random actions and no policy, so only the
 * ``"VecSnake features"`` / ``"VecSnake grid"``: one ``VecSnake``, N games as tensors, with either
   observation type.
 
-Every figure is a :class:`~rlgpu_helpers.bench.records.Record` named ``"env_step"``, metric
+Every figure is a :class:`~rlgpu_helpers.measure.records.Record` named ``"env_step"``, metric
 ``"throughput"``, unit ``"steps/s"`` (one step of one game; a vector step of N games counts N),
 with params ``{"num_envs", "obs_type", "device"}``. ``device`` says where the games ran: the
 gymnasium envs always run on the host CPU, ``VecSnake`` on the device asked for.
@@ -32,8 +32,8 @@ fastest, and :func:`microseconds_per_step` turns a record back into the time of 
 Two helpers read the records against what else is known:
 
 * :func:`fps_claim_checks` puts each row of the guide's FPS table (:data:`FPS_CLAIMS`, figures
-  in :mod:`~rlgpu_helpers.bench.claims`) beside the record that answers it, judged by
-  :func:`~rlgpu_helpers.bench.claims.judge` with the record's spread, or says why no record
+  in :mod:`~rlgpu_helpers.measure.claims`) beside the record that answers it, judged by
+  :func:`~rlgpu_helpers.measure.claims.judge` with the record's spread, or says why no record
   does (the GPU rows need a GPU measurement, from this run or from ``data/reference/``);
   :func:`claim_checks_table` shows them.
 * :func:`vec_snake_step_memory` measures what one ``VecSnake`` step asks of memory on the CPU:
@@ -84,10 +84,10 @@ from ..snake.env import SnakeEnv
 from ..snake.naive_tensor import SYNC_POINTS, NaiveTensorSnake
 from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
 from ..snake.vec import VecSnake
-from .claims import APPROX, CLAIMS, Claim, Verdict, judge, record_ratio, speedup_spread
-from .records import Record
-from .report import Table, format_number
-from .timing import time_callable
+from ..measure.claims import APPROX, CLAIMS, Claim, Verdict, judge, record_ratio, speedup_spread
+from ..measure.records import Record
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 
 NAME = "env_step"
 HEAVY_NAME = "env_step_heavy"
@@ -484,7 +484,7 @@ def microseconds_per_step(records: Sequence[Record], variant: str, num_envs: int
 # ---------------------------------------------------------------------------- the guide's FPS table
 
 FPS_CLAIMS = ("single-env-fps", "cpu-16-envs-fps", "gpu-64-envs-fps", "gpu-256-envs-fps", "vectorized-speedup")
-"""The claims of the guide's FPS table (keys of :data:`~rlgpu_helpers.bench.claims.CLAIMS`)
+"""The claims of the guide's FPS table (keys of :data:`~rlgpu_helpers.measure.claims.CLAIMS`)
 that env throughput records answer."""
 
 SPEEDUP_NUM_ENVS = 256
@@ -501,7 +501,7 @@ class ClaimCheck:
     """One claim of the guide's FPS table beside the measurement that answers it.
 
     ``answered_by`` names that measurement (variant, N, device, machine). ``verdict`` is
-    :func:`~rlgpu_helpers.bench.claims.judge`'s; None where no record answers the claim, and then
+    :func:`~rlgpu_helpers.measure.claims.judge`'s; None where no record answers the claim, and then
     ``answered_by`` says why.
     """
 
@@ -548,7 +548,7 @@ def fps_claim_checks(records: Sequence[Record], reference: Sequence[Record] = ()
     """Each row of the guide's FPS table (:data:`FPS_CLAIMS`) beside the record that answers it.
 
     ``records`` are this run's ``env_step`` records, ``reference`` any others (such as
-    :func:`~rlgpu_helpers.bench.records.load_reference`); other benchmarks are ignored.
+    :func:`~rlgpu_helpers.measure.records.load_reference`); other benchmarks are ignored.
 
     * "single-env-fps": the ``SnakeEnv`` loop of ``records`` (features observation);
     * "cpu-16-envs-fps": the faster of ``SyncVectorEnv`` and ``AsyncVectorEnv`` at N = 16 in

@@ -39,12 +39,12 @@ from ..gpu.graphs import CapturedStep, compile_step
 from ..learn.ppo import PPO, PPOConfig
 from ..snake.rules import NUM_ACTIONS
 from ..snake.vec import VecSnake
-from .claims import CLAIMS, judge, record_ratio
+from ..measure.claims import CLAIMS, judge, record_ratio
 from .envs import ClaimCheck
 from .launch import count_launches
-from .records import Record, check_records
-from .report import Table, format_number
-from .timing import time_callable
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 
 OP_NAME = "graphs_op_time"
 LAUNCH_NAME = "graphs_launches"

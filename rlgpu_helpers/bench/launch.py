@@ -63,9 +63,9 @@ from ..core.config import pick
 from ..core.device import device_report, get_device, machine_label, synchronize
 from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
 from ..snake.vec import VecSnake
-from .records import Record, check_records
-from .report import Table, format_number
-from .timing import time_callable
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 
 LATENCY_NAME = "op_latency"
 TINY_OP = "a + b (one element each)"

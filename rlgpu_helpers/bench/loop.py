@@ -21,9 +21,9 @@ from ..core.checks import check_int
 from ..core.config import pick
 from ..core.device import device_report, get_device, logical_cores, machine_label
 from ..learn.naive_dqn import PARTS, LoopSettings, NaiveDQN, NaiveRunResult
-from .claims import CLAIMS, Verdict, judge, relative_noise, speedup_spread
-from .records import Record
-from .report import Table, format_number
+from ..measure.claims import CLAIMS, Verdict, judge, relative_noise, speedup_spread
+from ..measure.records import Record
+from ..measure.table import Table, format_number
 
 BASELINE, BASELINE_AGAIN = "baseline", "baseline, again"
 

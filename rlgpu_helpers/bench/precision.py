@@ -43,11 +43,11 @@ from ..gpu.precision import (
 )
 from ..learn.ppo import PPO, PPOConfig, suggested_settings
 from ..learn.training import train
-from .claims import CLAIMS, judge, record_ratio
+from ..measure.claims import CLAIMS, judge, record_ratio
 from .envs import ClaimCheck
-from .records import Record, check_records
-from .report import Table, format_number
-from .timing import time_callable
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 
 NAME = "precision_step"
 MEMORY_NAME = "precision_memory"

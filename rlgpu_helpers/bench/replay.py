@@ -41,11 +41,11 @@ from ..gpu.sync import audit_syncs
 from ..learn.dqn import DQN, DQNConfig
 from ..replay.base import KINDS, make_buffer
 from ..snake import rules
-from .claims import CLAIMS, judge, record_ratio
+from ..measure.claims import CLAIMS, judge, record_ratio
 from .envs import ClaimCheck
-from .records import Record, check_records
-from .report import Table, format_number
-from .timing import time_callable
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 
 NAME = "replay_sample"
 MEMORY_NAME = "replay_memory"

@@ -1,7 +1,7 @@
 """The benchmark suites: what ``python -m rlgpu_helpers bench SUITE`` runs (introduced in notebook 00).
 
 Each suite measures what one lesson teaches and returns a list of
-:class:`~rlgpu_helpers.bench.records.Record`. A suite is a function ``(device, progress) ->
+:class:`~rlgpu_helpers.measure.records.Record`. A suite is a function ``(device, progress) ->
 list[Record]`` and the devices it can measure: the naive DQN's loop runs on the CPU only, so
 on a GPU machine ``bench loop`` measures that machine's CPU. ``tools/gpu_sweep.py`` runs every
 suite here on a GPU machine.
@@ -24,7 +24,7 @@ from .graphs import measure_graphs
 from .launch import measure_launch
 from .loop import measure_tunings
 from .precision import measure_precision
-from .records import Record
+from ..measure.records import Record
 from .replay import measure_replay
 from .time_to_score import measure_training
 from .transfers import measure_transfers

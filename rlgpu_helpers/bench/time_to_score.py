@@ -28,8 +28,8 @@ from ..core.checks import (
 )
 from ..core.device import logical_cores
 from ..learn.training import ScoreCurve
-from .records import Record
-from .report import Table, format_number
+from ..measure.records import Record
+from ..measure.table import Table, format_number
 
 SETUPS = {
     "ours": "PPO on VecSnake (this course)",

@@ -38,10 +38,10 @@ from ..gpu.transfer import (
     read_before_sync,
     transfer_bandwidth,
 )
-from .claims import CLAIMS
+from ..measure.claims import CLAIMS
 from .envs import ClaimCheck
-from .records import Record, check_records
-from .report import Table, format_number
+from ..measure.records import Record, check_records
+from ..measure.table import Table, format_number
 
 EARLY_READ = "non_blocking_read"
 LINK = "host_link"

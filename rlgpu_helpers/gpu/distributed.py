@@ -417,7 +417,7 @@ def measure_iterations(config: PPOConfig, *, repeats: int = 5) -> dict | None:
     """Run on every rank: the time of a PPO iteration, a rollout and an update, each the median of
     ``repeats`` runs after one warm-up (rank 0's clock; ranks run in lockstep). Rank 0 returns
     seconds and IQRs and the global env steps per iteration; the others None."""
-    from ..bench.timing import time_callable
+    from ..measure.timing import time_callable
 
     learner = DistributedPPO(config)
     timings = {part: time_callable(fn, warmup=1, repeats=repeats, device=learner.device)

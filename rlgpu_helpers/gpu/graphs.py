@@ -406,7 +406,7 @@ def fastest_settings(device: str | torch.device | None = None, *, iterations: in
     (default: every one the device can run). ``budget_s``: choose for a run this long
     (:func:`choose_settings`).
     """
-    from ..bench.timing import time_callable
+    from ..measure.timing import time_callable
     from ..learn.ppo import PPO, PPOConfig
 
     device = get_device(device, param="device")

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ..bench.launch import quiet_profiler
-from ..bench.report import Table, format_number
+from ..measure.table import Table, format_number
 from ..core import compat
 from ..core.checks import check_int, check_number
 from ..core.device import get_device, logical_cores

@@ -33,7 +33,7 @@ import math
 import torch
 from torch import nn
 
-from ..bench.timing import time_callable
+from ..measure.timing import time_callable
 from ..core.checks import check_choice, check_int, check_ints, check_number, check_seed
 from ..core.device import get_device, native_half_dtypes
 from ..learn.nets import ActorCritic

@@ -49,7 +49,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..bench.report import Table
+from ..measure.table import Table
 from ..core import compat
 from ..core.checks import check_choice, check_int
 from ..core.device import get_device

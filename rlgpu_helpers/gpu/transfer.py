@@ -44,9 +44,9 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..bench.claims import CLAIMS, Verdict, judge, record_ratio
-from ..bench.records import Record, check_records
-from ..bench.timing import time_callable
+from ..measure.claims import CLAIMS, Verdict, judge, record_ratio
+from ..measure.records import Record, check_records
+from ..measure.timing import time_callable
 from ..core import compat
 from ..core.checks import check_choices, check_int, check_ints
 from ..core.config import pick
@@ -162,7 +162,7 @@ def pinned_claim(records: Sequence[Record], nbytes: int = CLAIM_BYTES) -> Verdic
 
     The speedup is the ``"pinned"`` over the ``"pageable"`` host-to-device GB/s at ``nbytes``
     (both blocking copies, so only the memory differs), its spread from both records' relative
-    spreads. Returns the :class:`~rlgpu_helpers.bench.claims.Verdict`, or None (and prints why)
+    spreads. Returns the :class:`~rlgpu_helpers.measure.claims.Verdict`, or None (and prints why)
     when the records hold no such pair: a CPU measures no host-to-device copy at all.
     """
     records = check_records(records)

@@ -17,7 +17,7 @@ import torch
 
 from ..core.checks import check_int, check_number
 from ..core.device import get_device, synchronize
-from .report import format_number
+from .table import format_number
 
 
 def _format_seconds(seconds: float) -> str:

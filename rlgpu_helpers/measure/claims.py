@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from ..core.checks import check_choice, check_number
 from .records import Record
-from .report import Table, format_number
+from .table import Table, format_number
 
 APPROX = 0.25
 """How far "about X" reaches on either side of X, as a fraction of X."""
