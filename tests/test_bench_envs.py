@@ -6,50 +6,52 @@ import pytest
 import torch
 
 from rlgpu_helpers.bench import envs as env_bench
-from rlgpu_helpers.measure.claims import (
-    CLAIMS,
-    HELD,
-    NOT_HELD,
-    PARTLY,
-    judge,
-    speedup_spread,
-)
 from rlgpu_helpers.bench.envs import (
     FPS_CLAIMS,
     NO_GPU_RECORD,
-    NOT_MEASURED,
-    SYNC_CONFIGS,
-    ClaimCheck,
     StepMemory,
-    SyncAudit,
     async_crossover,
-    audit_sync_points,
     best_per_variant,
-    claim_checks_table,
-    flat_until,
     fps_claim_checks,
     gym_vector_throughput,
     heavy_env_throughput,
     measure_env_throughput,
-    measure_sync_costs,
     microseconds_per_step,
-    same_cost_checks,
     snake_loop_throughput,
     step_memory_table,
+    vec_snake_step_memory,
+    vec_snake_throughput,
+)
+from rlgpu_helpers.bench.suites import SUITES
+from rlgpu_helpers.bench.syncs import (
+    SYNC_CONFIGS,
+    SyncAudit,
+    audit_sync_points,
+    flat_until,
+    measure_sync_costs,
+    same_cost_checks,
     sync_audit_table,
     sync_cost_table,
     sync_cost_throughput,
     sync_costs,
     sync_variant,
     time_per_step_records,
-    vec_snake_step_memory,
-    vec_snake_throughput,
 )
-from rlgpu_helpers.measure.records import Record, load_json
-from rlgpu_helpers.bench.suites import SUITES
 from rlgpu_helpers.cli import main
 from rlgpu_helpers.core.device import device_report, machine_label
 from rlgpu_helpers.gpu.sync import SyncRow
+from rlgpu_helpers.measure.claims import (
+    CLAIMS,
+    HELD,
+    NOT_HELD,
+    NOT_MEASURED,
+    PARTLY,
+    ClaimCheck,
+    claim_checks_table,
+    judge,
+    speedup_spread,
+)
+from rlgpu_helpers.measure.records import Record, load_json
 from rlgpu_helpers.snake.cpu_vector import make_cpu_vector_env
 
 LABEL = machine_label(device_report("cpu"))

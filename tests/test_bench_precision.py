@@ -2,8 +2,6 @@
 
 import pytest
 
-from rlgpu_helpers.measure.claims import HELD
-from rlgpu_helpers.bench.envs import claim_checks_table
 from rlgpu_helpers.bench.precision import (
     MEMORY_NAME,
     NAME,
@@ -19,6 +17,7 @@ from rlgpu_helpers.bench.precision import (
     step_table,
     target_checks,
 )
+from rlgpu_helpers.measure.claims import HELD, claim_checks_table
 from rlgpu_helpers.measure.records import Record
 
 

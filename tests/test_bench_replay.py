@@ -3,8 +3,6 @@
 import pytest
 
 from rlgpu_helpers.bench import replay
-from rlgpu_helpers.bench.envs import claim_checks_table
-from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.bench.replay import (
     LABELS,
     TORCHRL,
@@ -16,6 +14,8 @@ from rlgpu_helpers.bench.replay import (
     sampling_throughput,
     target_checks,
 )
+from rlgpu_helpers.measure.claims import claim_checks_table
+from rlgpu_helpers.measure.records import Record
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@ it turns the GPU-only results into."""
 
 import pytest
 
-from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.bench.transfers import (
     early_read_records,
     link_record,
@@ -12,6 +11,7 @@ from rlgpu_helpers.bench.transfers import (
 )
 from rlgpu_helpers.core.device import device_report, machine_label
 from rlgpu_helpers.gpu.transfer import COMPUTE_ONLY, EarlyRead, Link
+from rlgpu_helpers.measure.records import Record
 
 LABEL = machine_label(device_report("cpu"))
 
@@ -61,9 +61,9 @@ def test_link_table_sets_the_fastest_copy_beside_the_nominal_link():
 
 
 def test_the_pinned_transfer_claim_is_judged_per_gpu_machine_or_said_missing():
-    from rlgpu_helpers.bench.envs import claim_checks_table
     from rlgpu_helpers.bench.transfers import transfer_claim_checks
     from rlgpu_helpers.gpu.transfer import CLAIM_BYTES
+    from rlgpu_helpers.measure.claims import claim_checks_table
 
     none, = transfer_claim_checks([])
     assert none.verdict is None and "no GPU record" in none.answered_by

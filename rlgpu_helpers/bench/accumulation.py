@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_choices, check_int, check_ints, check_seed
 from ..core.config import pick
-from ..core.device import device_report, get_device, machine_label
+from ..core.device import get_device, machine_of
 from ..gpu.accumulate import (
     Comparison,
     accumulated_step,
@@ -52,10 +52,10 @@ from ..gpu.accumulate import (
 from ..gpu.memory import peak_memory
 from ..learn.nets import QNetwork
 from ..learn.ppo import PPO, PPOConfig
-from ..snake.vec import VecSnake
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
+from ..snake.vec import VecSnake
 
 NAME = "accumulation"
 GRADIENT_NAME = "accumulated_gradient"
@@ -319,7 +319,7 @@ def update_cost(device: str | torch.device | None = None, *, nets=tuple(NETS), b
                        else accumulation_steps)
     for k in steps:
         micro_batch_sizes(batch_size, accumulation_steps=k)  # a K larger than the batch fails here, named
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     records = []
     jobs = [(net, k) for net in nets for k in steps]
     batches = {}
@@ -352,7 +352,7 @@ def gradient_records(device: str | torch.device | None = None, *, batch_size: in
     splits 1000 rows unevenly: 334 + 333 + 333.
     """
     device = get_device(device, param="device")
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     records = []
     for net, obs_type in NETS.items():
         model = make_net(net, seed=seed).to(device)

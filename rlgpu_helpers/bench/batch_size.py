@@ -33,18 +33,17 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_choice, check_choices, check_int, check_ints, check_number
 from ..core.config import pick
-from ..core.device import device_report, get_device, machine_label
+from ..core.device import get_device, machine_of
 from ..gpu.memory import MIB, find_max_batch_size, peak_memory, release_memory, try_to_fit
 from ..gpu.monitor import UtilizationMonitor
 from ..learn.nets import ActorCritic
 from ..learn.ppo import PPO, PPOConfig, suggested_settings
-from ..measure.claims import CLAIMS, judge, record_ratio
+from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.plots import plot_records
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
 from ..snake import rules
-from .envs import ClaimCheck
 
 NAME = "batch_update"
 MAX_NAME = "max_batch"
@@ -109,9 +108,6 @@ def default_budget_bytes() -> int:
     return pick(full=256, quick=16) * MIB
 
 
-def _label(device: torch.device, machine: str | None) -> str:
-    return machine if machine is not None else machine_label(device_report(device))
-
 
 def _rate(step: UpdateStep, batch: int, device: torch.device) -> tuple[float, float]:
     """Samples/s of ``step(batch)`` and its spread (IQR), runs of about 0.2 s each."""
@@ -134,7 +130,7 @@ def batch_sweep(device: str | torch.device | None = None, *, networks=tuple(NETW
     networks = check_choices("networks", networks, tuple(NETWORKS))
     if batch_sizes is not None:
         batch_sizes = check_ints("batch_sizes", batch_sizes)
-    label = _label(device, machine)
+    label = machine_of(device, machine)
     jobs = [(network, batch) for network in networks
             for batch in (batch_sizes or default_batch_sizes(network, device))]
     records, steps, too_big = [], {}, set()
@@ -213,7 +209,7 @@ def max_batch_search(device: str | torch.device | None = None, sweep: Sequence[R
         budget_bytes = default_budget_bytes()
     if budget_bytes is not None:
         budget_bytes = check_int("budget_bytes", budget_bytes)
-    label = _label(device, machine)
+    label = machine_of(device, machine)
     limit = f"budget {budget_bytes / MIB:,.0f} MiB" if budget_bytes is not None else "device memory"
     records = []
     for network in tqdm(networks, desc="largest batch that fits", disable=not progress):
@@ -314,7 +310,7 @@ def training_utilization(device: str | torch.device | None = None, *, seconds: f
     source = "nvml" if device.type == "cuda" and "NVML" in monitor.source else "psutil"
     record = Record(UTILIZATION_NAME, "PPO training", "mean utilization", statistics.fmean(values), "%",
                     {"device": device.type, "source": source, "num_envs": learner.config.num_envs}, q3 - q1,
-                    _label(device, machine))
+                    machine_of(device, machine))
     return monitor.samples, monitor.source, record
 
 

@@ -32,7 +32,7 @@ import torch
 
 from ..core.checks import check_choices, check_ints, check_number
 from ..core.config import pick
-from ..core.device import device_report, get_device, machine_label
+from ..core.device import get_device, machine_of
 from ..gpu.memory import try_to_fit
 from ..measure.claims import CLAIMS, Verdict, judge
 from ..measure.records import Record, check_records
@@ -361,7 +361,7 @@ def chosen_on_file(device: str | torch.device | None = None, records=None) -> di
     from ..measure.records import load_reference
 
     device = get_device(device, param="device")
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     records = load_reference() if records is None else check_records(records)
     chosen = [r for r in records if (r.name, r.variant, r.machine) == (CHOICE, "chosen settings", machine)]
     if not chosen:
@@ -385,7 +385,7 @@ def measure_capstone(device: str | torch.device | None = None, progress: bool = 
     parts = check_choices("parts", parts, ("choice", "ablation"))
     budget_s = check_number("budget_s", pick(full=60.0, quick=3.0) if budget_s is None else budget_s, above=0)
     run_s = check_number("run_s", pick(full=120.0, quick=6.0) if run_s is None else run_s, above=0)
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     records = []
     on_file = None if "choice" in parts else chosen_on_file(device)
     if on_file is None:

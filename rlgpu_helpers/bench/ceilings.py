@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_int, check_ints, check_number
 from ..core.config import pick
-from ..core.device import device_report, get_device, machine_label, native_half_dtypes
+from ..core.device import get_device, machine_of, native_half_dtypes
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
@@ -46,7 +46,7 @@ def _rate(fn, work: float, device: torch.device) -> tuple[float, float]:
 def _measure(name: str, metric: str, unit: str, jobs: list, device: torch.device,
              progress: bool) -> list[Record]:
     """Time each ``(variant, params, make)`` job; ``make()`` allocates and returns ``(fn, work)``."""
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     records = []
     for variant, params, make in tqdm(jobs, desc=name, disable=not progress):
         fn, work = make()

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_ints
 from ..core.config import pick
-from ..core.device import device_report, get_device, logical_cores, machine_label
+from ..core.device import get_device, logical_cores, machine_of
 from ..gpu.distributed import run_json
 from ..measure.claims import CLAIMS, judge, record_ratio
 from ..measure.records import Record, check_records
@@ -58,7 +58,7 @@ def measure_processes(device, processes=(1, 2), *, threads: int = 1, num_envs: i
     ``num_envs`` games on ``device``; the records of rank 0's timings."""
     device = get_device(device, param="device")
     processes = check_ints("processes", processes)
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     records = []
     for count in tqdm(processes, desc=f"ddp on {device.type}", disable=not progress):
         result = run_json(count, ["measure", "--device", device.type, "--num-envs", num_envs, "--num-steps",

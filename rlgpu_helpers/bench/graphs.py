@@ -34,17 +34,16 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_choices, check_ints
 from ..core.config import pick
-from ..core.device import device_report, get_device, machine_label, synchronize
+from ..core.device import get_device, machine_of, synchronize
 from ..gpu.graphs import CapturedStep, compile_step
 from ..learn.ppo import PPO, PPOConfig
-from ..snake.rules import NUM_ACTIONS
-from ..snake.vec import VecSnake
-from ..measure.claims import CLAIMS, judge, record_ratio
-from .envs import ClaimCheck
-from .launch import count_launches
+from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
+from ..snake.rules import NUM_ACTIONS
+from ..snake.vec import VecSnake
+from .launch import count_launches
 
 OP_NAME = "graphs_op_time"
 LAUNCH_NAME = "graphs_launches"
@@ -59,9 +58,6 @@ NUM_STEPS = 16
 """Steps per rollout of the ``"iteration"`` part."""
 HIDDEN = 64
 
-
-def _label(device: torch.device) -> str:
-    return machine_label(device_report(device))
 
 
 def default_sizes(device: str | torch.device | None = None) -> tuple[int, ...]:
@@ -89,7 +85,7 @@ def op_time_by_size(device: str | torch.device | None = None, *, sizes=None) -> 
     """The time of ``a + b`` eager, against the number of elements: records ``"graphs_op_time"``, µs."""
     device = get_device(device, param="device")
     sizes = check_ints("sizes", default_sizes(device) if sizes is None else sizes)
-    label, records = _label(device), []
+    label, records = machine_of(device), []
     for n in sizes:
         a, b = torch.ones(n, device=device), torch.ones(n, device=device)
         probe = time_callable(lambda: a + b, warmup=3, repeats=3, device=device).median
@@ -178,7 +174,7 @@ def step_records(device: str | torch.device | None = None, *, parts=None, modes=
     jobs = [(part, mode, n) for part in parts
             for n in (default_num_envs(part, device) if num_envs is None else check_ints("num_envs", num_envs))
             for mode in modes if not (part == "iteration" and mode == REDUCE)]
-    label, records = _label(device), []
+    label, records = machine_of(device), []
     for part, mode, n in tqdm(jobs, desc="graphs", disable=not progress):
         try:
             call, setup = part_call(part, mode, n, device)
@@ -203,7 +199,7 @@ def launch_records(device: str | torch.device | None = None, *, parts=("env", "a
                    num_envs: int = 256) -> list[Record]:
     """Operators launched per call of each part, eager, at ``num_envs`` games: records ``"graphs_launches"``."""
     device = get_device(device, param="device")
-    label = _label(device)
+    label = machine_of(device)
     records = []
     for part in check_choices("parts", parts, PARTS[:3]):
         call, _ = part_call(part, EAGER, num_envs, device)

@@ -60,12 +60,12 @@ from tqdm.auto import tqdm
 from ..core import compat
 from ..core.checks import check_choices, check_int, check_ints, check_number
 from ..core.config import pick
-from ..core.device import device_report, get_device, machine_label, synchronize
-from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
-from ..snake.vec import VecSnake
+from ..core.device import get_device, machine_of, synchronize
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
+from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
+from ..snake.vec import VecSnake
 
 LATENCY_NAME = "op_latency"
 TINY_OP = "a + b (one element each)"
@@ -108,9 +108,6 @@ def quiet_profiler():
 
 # ---------------------------------------------------------------------------- the time of one operation
 
-def _label(device: torch.device) -> str:
-    return machine_label(device_report(device))
-
 
 def op_latency(device: str | torch.device | None = None, *, machine: str | None = None) -> list[Record]:
     """The time of the smallest operation on ``device``, and of the same with a host read.
@@ -122,7 +119,7 @@ def op_latency(device: str | torch.device | None = None, *, machine: str | None 
     with the interquartile range of the runs as its spread.
     """
     device = get_device(device)
-    label = machine if machine is not None else _label(device)
+    label = machine if machine is not None else machine_of(device)
     a = torch.ones(1, device=device)
     b = torch.ones(1, device=device)
     records = []
@@ -504,7 +501,7 @@ def measure_launch(device: str | torch.device | None = None, progress: bool = Tr
     :func:`op_latency` and :func:`profile_vec_snake` (both observation types). The copy
     bandwidth comes from the ``ceilings`` suite, the steps/s from the ``envs`` suite."""
     device = get_device(device)
-    label = _label(device)
+    label = machine_of(device)
     parts = [lambda: op_latency(device, machine=label),
              lambda: profile_records(profile_vec_snake(device), label)]
     records = []

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_int
 from ..core.config import pick
-from ..core.device import device_report, get_device, logical_cores, machine_label
+from ..core.device import get_device, logical_cores, machine_of
 from ..learn.naive_dqn import PARTS, LoopSettings, NaiveDQN, NaiveRunResult
 from ..measure.claims import CLAIMS, Verdict, judge, relative_noise, speedup_spread
 from ..measure.records import Record
@@ -178,7 +178,7 @@ def measure_tunings(device: str | torch.device | None = "cpu", progress: bool = 
     device = get_device(device)
     if device.type != "cpu":
         raise ValueError(f"device={str(device)!r}: the naive DQN runs on the CPU only; measure it with device 'cpu'")
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     return [measured.record(name, machine) for name, measured in measure_rows(progress=progress).items()]
 
 

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_choices, check_int, check_ints, check_seed
 from ..core.config import pick
-from ..core.device import device_report, get_device, machine_label
+from ..core.device import get_device, machine_of
 from ..gpu.memory import peak_memory
 from ..gpu.precision import (
     PRECISIONS,
@@ -43,8 +43,7 @@ from ..gpu.precision import (
 )
 from ..learn.ppo import PPO, PPOConfig, suggested_settings
 from ..learn.training import train
-from ..measure.claims import CLAIMS, judge, record_ratio
-from .envs import ClaimCheck
+from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
@@ -77,9 +76,6 @@ def default_batch_size(device: str | torch.device | None = None) -> int:
     return 4096 if get_device(device, param="device").type == "cuda" else pick(full=256, quick=128)
 
 
-def _label(device: torch.device, machine: str | None) -> str:
-    return machine if machine is not None else machine_label(device_report(device))
-
 
 def step_records(device: str | torch.device | None = None, *, hiddens=None, batch_size: int | None = None,
                  precisions=None, progress: bool = True, machine: str | None = None) -> list[Record]:
@@ -96,7 +92,7 @@ def step_records(device: str | torch.device | None = None, *, hiddens=None, batc
     have = available_precisions(traits)
     precisions = have if precisions is None else check_choices("precisions", precisions, have)
     emulated = {"bf16": not traits.bf16_native, "fp16": not traits.fp16_native}
-    label, records, skipped = _label(device, machine), [], set()
+    label, records, skipped = machine_of(device, machine), [], set()
     jobs = [(hidden, precision) for hidden in hiddens for precision in precisions]
     for hidden, precision in tqdm(jobs, desc="precision x width", disable=not progress):
         if emulated.get(precision) and hidden > EMULATED_MAX_HIDDEN:
@@ -193,7 +189,7 @@ def ppo_records(results: dict, device: str | torch.device | None = None, machine
     which no game finished counts as 0.
     """
     device = get_device(device, param="device")
-    label, records = _label(device, machine), []
+    label, records = machine_of(device, machine), []
     for variant, runs in _check_runs(results).items():
         params = {"env_steps": runs[0].env_steps, "num_envs": runs[0].config["num_envs"], "device": device.type,
                   "seeds": len(runs)}

@@ -36,16 +36,15 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_choices, check_int, check_ints, check_number
 from ..core.config import pick
-from ..core.device import device_report, get_device, machine_label, synchronize
+from ..core.device import get_device, machine_of, synchronize
 from ..gpu.sync import audit_syncs
 from ..learn.dqn import DQN, DQNConfig
-from ..replay.base import KINDS, make_buffer
-from ..snake import rules
-from ..measure.claims import CLAIMS, judge, record_ratio
-from .envs import ClaimCheck
+from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
+from ..replay.base import KINDS, make_buffer
+from ..snake import rules
 
 NAME = "replay_sample"
 MEMORY_NAME = "replay_memory"
@@ -185,7 +184,7 @@ def sampling_throughput(device: str | torch.device | None = None, *, kinds=None,
     kinds = default_kinds(device) if kinds is None else check_choices("kinds", kinds, tuple(KINDS))
     batch_sizes = default_batch_sizes() if batch_sizes is None else check_ints("batch_sizes", batch_sizes)
     capacity = default_capacity() if capacity is None else check_int("capacity", capacity)
-    label = machine if machine is not None else machine_label(device_report(device))
+    label = machine_of(device, machine)
     obs_shape = _obs_shape()
     jobs = [(LABELS[kind], kind, _ours) for kind in kinds]
     if torchrl and torchrl_available():
@@ -228,7 +227,7 @@ def dqn_throughput(device: str | torch.device | None = None, *, kinds=None, seco
     device = get_device(device, param="device")
     kinds = default_kinds(device) if kinds is None else check_choices("kinds", kinds, tuple(KINDS))
     seconds = pick(full=4.0, quick=0.3) if seconds is None else check_number("seconds", seconds, above=0)
-    label = machine if machine is not None else machine_label(device_report(device))
+    label = machine_of(device, machine)
     records = []
     for kind in tqdm(kinds, desc="DQN with each buffer", disable=not progress):
         settings = DQNConfig(**{"buffer": kind, "device": str(device), "learning_starts": 0,

@@ -14,18 +14,19 @@ from collections.abc import Callable
 
 import torch
 
+from ..measure.records import Record
 from .accumulation import measure_accumulation
 from .batch_size import measure_batch_size
 from .capstone import measure_capstone
 from .ceilings import measure_ceilings
 from .ddp import measure_ddp
-from .envs import measure_env_throughput, measure_sync_costs
+from .envs import measure_env_throughput
 from .graphs import measure_graphs
 from .launch import measure_launch
 from .loop import measure_tunings
 from .precision import measure_precision
-from ..measure.records import Record
 from .replay import measure_replay
+from .syncs import measure_sync_costs
 from .time_to_score import measure_training
 from .transfers import measure_transfers
 

@@ -26,7 +26,7 @@ from ..core.checks import (
     check_ints,
     check_number,
 )
-from ..core.device import logical_cores
+from ..core.device import logical_cores, machine_of
 from ..learn.training import ScoreCurve
 from ..measure.records import Record
 from ..measure.table import Table, format_number
@@ -351,17 +351,15 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
     stable-baselines3 is skipped, with a printed note, where it is not installed.
     ``tools/gpu_sweep.py`` runs only ``setups=("ours",)`` on a GPU.
     """
-    from .capstone import capstone_settings, chosen_on_file
-
     from tqdm.auto import tqdm
 
     from ..core.config import pick
-    from ..core.device import device_report, machine_label
+    from .capstone import capstone_settings, chosen_on_file
 
     budget = check_number("budget_s", pick(full=300.0, quick=4.0) if budget_s is None else budget_s, above=0)
     seeds = check_ints("seeds", pick(full=(0, 1, 2), quick=(0,)) if seeds is None else seeds, minimum=0)
     setups = check_choices("setups", setups, tuple(SETUPS))
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     runs = [("ours", seed) for seed in seeds if "ours" in setups] + [(s, 0) for s in ("sb3", "naive") if s in setups]
     if ("sb3", 0) in runs and not sb3_available():
         print("stable-baselines3 is not installed: skipping it (pip install -e \".[compare]\")")

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..core.device import device_report, get_device, machine_label
+from ..core.device import get_device, machine_of
 from ..gpu.transfer import (
     CLAIM_BYTES,
     D2H,
@@ -38,8 +38,7 @@ from ..gpu.transfer import (
     read_before_sync,
     transfer_bandwidth,
 )
-from ..measure.claims import CLAIMS
-from .envs import ClaimCheck
+from ..measure.claims import CLAIMS, ClaimCheck
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 
@@ -69,7 +68,7 @@ def link_record(link: Link, machine: str) -> Record:
 def measure_transfers(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
     """The ``transfers`` bench suite (see the module docstring). About 2 minutes on an H100 at full size."""
     device = get_device(device, param="device")
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     records = transfer_bandwidth(device, progress=progress) + prefetch_time(device)
     early = read_before_sync(device)
     if early is not None:

@@ -240,6 +240,12 @@ def machine_label(report: dict) -> str:
     return f"cpu-{_slug(report['cpu'])}-{report['logical_cores']}c"
 
 
+def machine_of(device: str | torch.device | None = None, machine: str | None = None) -> str:
+    """The label records of ``device`` carry: ``machine`` where a caller names it, else
+    :func:`machine_label` of this machine's :func:`device_report`."""
+    return machine_of(device, machine)
+
+
 def describe_device(device: str | torch.device | None = None) -> str:
     """One line for a notebook: which device runs the lesson, and how to get a GPU if there is none."""
     device = get_device(device)

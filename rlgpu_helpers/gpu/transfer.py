@@ -44,13 +44,13 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..measure.claims import CLAIMS, Verdict, judge, record_ratio
-from ..measure.records import Record, check_records
-from ..measure.timing import time_callable
 from ..core import compat
 from ..core.checks import check_choices, check_int, check_ints
 from ..core.config import pick
-from ..core.device import _command_output, device_report, get_device, machine_label
+from ..core.device import _command_output, get_device, machine_of
+from ..measure.claims import CLAIMS, Verdict, judge, record_ratio
+from ..measure.records import Record, check_records
+from ..measure.timing import time_callable
 
 NAME = "transfer"
 H2D, D2H, H2H = "host to device", "device to host", "host to host"
@@ -139,7 +139,7 @@ def transfer_bandwidth(device: str | torch.device | None = None, *, sizes=None, 
             directions = (H2H,)
     jobs = [(size, variant, direction) for size in sizes for direction in directions for variant in variants
             if not (variant == PIN_THEN_COPY and direction == D2H)]
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     records, buffers = [], None
     for size, variant, direction in tqdm(jobs, desc="transfers", disable=not progress):
         if buffers is None or buffers[0].numel() != size:
@@ -348,7 +348,7 @@ def prefetch_time(device: str | torch.device | None = None, *, rows: int | None 
     rows, width, batches = _prefetch_sizes(device, rows, width, batches)
     if device.type != "cuda":
         print(f"{_no_overlap(device)}; timed the same loop without streams.")
-    machine = machine_label(device_report(device))
+    machine = machine_of(device)
     params = {"bytes": rows * width * 4, "batches": batches}
     records = []
     for variant, loop in _loops(device, rows, width, batches).items():

@@ -275,3 +275,48 @@ def speedup_spread(speedup: float, *relative_spreads: float) -> float:
     check_number("speedup", speedup, above=0)
     return speedup * math.sqrt(sum(check_number("relative spread", r, at_least=0) ** 2
                                    for r in relative_spreads))
+
+
+NOT_MEASURED = "not measured"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimCheck:
+    """One claim of the guide's FPS table beside the measurement that answers it.
+
+    ``answered_by`` names that measurement (variant, N, device, machine). ``verdict`` is
+    :func:`~rlgpu_helpers.measure.claims.judge`'s; None where no record answers the claim, and then
+    ``answered_by`` says why.
+    """
+
+    claim: Claim
+    answered_by: str
+    verdict: Verdict | None = None
+
+    @property
+    def outcome(self) -> str:
+        """The verdict's outcome, or :data:`NOT_MEASURED`."""
+        return self.verdict.outcome if self.verdict is not None else NOT_MEASURED
+
+
+def claim_checks_table(checks: Sequence[ClaimCheck],
+                       answered_by: str = "answered here by (variant, N, device, machine)") -> Table:
+    """One row per check: the guide's words and figure, what answers it, the measurement, the verdict.
+
+    ``answered_by`` heads the column that names the measurement.
+
+    The measurement is the median ± its spread (the IQR; for a speedup, both records' relative
+    spreads added in quadrature), in the claim's unit.
+    """
+    checks = list(checks)
+    bad = [c for c in checks if not isinstance(c, ClaimCheck)]
+    if bad:
+        raise TypeError(f"checks must hold only ClaimCheck objects, not {bad[0]!r}")
+    rows = []
+    for check in checks:
+        verdict = check.verdict
+        shown = (f"{format_number(verdict.measured)} ± {format_number(verdict.spread)} {check.claim.unit}"
+                 if verdict is not None else "none")
+        rows.append([check.claim.quote, check.claim.figure, check.answered_by, shown, check.outcome])
+    columns = ["claim (guide's words)", "claimed", answered_by, "measured (median ± spread)", "verdict"]
+    return Table(columns, rows, [False, True, False, True, False])

@@ -6,12 +6,10 @@ reference machines' (``str()`` gives aligned text, Jupyter shows HTML), and
 :mod:`.plots`.
 """
 
-import functools
 import html
 import math
 from collections.abc import Sequence
 
-from ..core.checks import check_number
 from .records import Record, check_records
 
 
