@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rlgpu_helpers.bench import envs as env_bench
+from rlgpu_helpers.bench import syncs
 from rlgpu_helpers.bench.envs import (
     FPS_CLAIMS,
     NO_GPU_RECORD,
@@ -27,6 +28,8 @@ from rlgpu_helpers.bench.syncs import (
     SYNC_CONFIGS,
     SyncAudit,
     audit_sync_points,
+    default_scaling_num_envs,
+    default_sync_num_envs,
     flat_until,
     measure_sync_costs,
     same_cost_checks,
@@ -367,12 +370,12 @@ def test_on_a_gpu_full_size_reaches_2_to_the_24_and_quick_mode_stays_small(monke
     assert gpu[0] == 1 and gpu[-1] == 2**24 and all(b == 4 * a for a, b in zip(gpu, gpu[1:]))
     assert env_bench.default_vec_num_envs() == env_bench.default_vec_num_envs("cpu")
     assert env_bench.default_vec_num_envs("cpu")[-1] == 65_536
-    assert env_bench.default_scaling_num_envs("cpu")[-1] == 262_144
-    assert env_bench.default_scaling_num_envs(torch.device("cuda")) == gpu
-    assert env_bench.default_sync_num_envs("cpu") == (16, 1024, 65_536)
-    assert env_bench.default_sync_num_envs("cuda")[-1] == 1_048_576
+    assert default_scaling_num_envs("cpu")[-1] == 262_144
+    assert default_scaling_num_envs(torch.device("cuda")) == gpu
+    assert default_sync_num_envs("cpu") == (16, 1024, 65_536)
+    assert default_sync_num_envs("cuda")[-1] == 1_048_576
     monkeypatch.setenv("RLGPU_QUICK", "1")
-    for sizes in (env_bench.default_vec_num_envs("cuda"), env_bench.default_scaling_num_envs("cuda")):
+    for sizes in (env_bench.default_vec_num_envs("cuda"), default_scaling_num_envs("cuda")):
         assert max(sizes) <= 256
     with pytest.raises(TypeError, match="device=3"):
         env_bench.default_vec_num_envs(3)
@@ -493,7 +496,7 @@ def test_sync_costs_set_each_variant_beside_the_sync_free_one():
 
 
 def test_measure_sync_costs_stores_the_counts_beside_the_rates(monkeypatch):
-    monkeypatch.setattr(env_bench, "default_sync_num_envs", lambda device=None: (8,))
+    monkeypatch.setattr(syncs, "default_sync_num_envs", lambda device=None: (8,))
     records = measure_sync_costs("cpu", progress=False)
     counts = {r.variant: r.value for r in records if r.name == "env_step_sync_count"}
     assert counts[sync_variant("no syncs")] == 0 and counts[sync_variant("item_logging")] == 2

@@ -6,16 +6,13 @@ import sys
 import pytest
 import torch
 
-from rlgpu_helpers.bench import launch
 from rlgpu_helpers.bench.launch import (
-    CPU_COUNTED,
     ROUND_TRIP,
     TINY_OP,
     Ceilings,
     StepProfile,
     ceiling_records,
     ceilings_table,
-    count_launches,
     launch_floor_label,
     make_ceilings,
     measure_launch,
@@ -23,10 +20,9 @@ from rlgpu_helpers.bench.launch import (
     profile_records,
     profile_vec_snake,
     profiles_from_records,
-    quiet_profiler,
     reference_ceilings,
-    traffic_bytes,
 )
+from rlgpu_helpers.gpu.launches import CPU_COUNTED, LaunchCount, count_launches, quiet_profiler, traffic_bytes
 from rlgpu_helpers.measure.records import Record
 
 
@@ -44,7 +40,7 @@ def test_op_latency_times_a_tiny_op_and_the_same_read_on_the_host():
 
 def test_launches_are_the_operators_that_run_a_kernel():
     x, y = torch.ones(8), torch.ones(8)
-    assert count_launches(lambda: (x + y) * y, "cpu") == launch.LaunchCount(2.0, CPU_COUNTED)
+    assert count_launches(lambda: (x + y) * y, "cpu") == LaunchCount(2.0, CPU_COUNTED)
     assert count_launches(lambda: x.view(2, 4).unsqueeze(0), "cpu").per_call == 0
     assert count_launches(lambda: torch.empty(5), "cpu").per_call == 0
     assert count_launches(lambda: torch.where(x > 0, x, y), "cpu", calls=3).per_call == 2

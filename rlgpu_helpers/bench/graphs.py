@@ -36,6 +36,7 @@ from ..core.checks import check_choices, check_ints
 from ..core.config import pick
 from ..core.device import get_device, machine_of, synchronize
 from ..gpu.graphs import CapturedStep, compile_step
+from ..gpu.launches import count_launches
 from ..learn.ppo import PPO, PPOConfig
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records
@@ -43,7 +44,6 @@ from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
 from ..snake.rules import NUM_ACTIONS
 from ..snake.vec import VecSnake
-from .launch import count_launches
 
 OP_NAME = "graphs_op_time"
 LAUNCH_NAME = "graphs_launches"

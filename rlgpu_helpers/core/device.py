@@ -243,7 +243,7 @@ def machine_label(report: dict) -> str:
 def machine_of(device: str | torch.device | None = None, machine: str | None = None) -> str:
     """The label records of ``device`` carry: ``machine`` where a caller names it, else
     :func:`machine_label` of this machine's :func:`device_report`."""
-    return machine_of(device, machine)
+    return machine if machine is not None else machine_label(device_report(device))
 
 
 def describe_device(device: str | torch.device | None = None) -> str:

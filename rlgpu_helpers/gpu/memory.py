@@ -34,10 +34,10 @@ from collections.abc import Callable
 
 import torch
 
-from ..bench.launch import quiet_profiler
 from ..core import compat
 from ..core.checks import check_int, check_number
 from ..core.device import get_device, synchronize
+from .launches import quiet_profiler
 
 ALLOCATION_FAILURES = (
     "CUDA error: out of memory",  # an allocation outside the caching allocator (a kernel's, a context's)

@@ -27,11 +27,11 @@ from pathlib import Path
 
 import torch
 
-from ..bench.launch import quiet_profiler
-from ..measure.table import Table, format_number
 from ..core import compat
 from ..core.checks import check_int, check_number
 from ..core.device import get_device, logical_cores
+from ..measure.table import Table, format_number
+from .launches import quiet_profiler
 
 MIB = 2**20
 NVML_MEANING = "NVML utilization: % of the sample period in which at least one kernel ran (not SMs busy)"
