@@ -26,13 +26,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from .measure.records import save_json, save_reference
-from .measure.table import records_table
 from .bench.suites import SUITES
-from .bench.time_to_score import CAPSTONE_OBS
 from .core.checks import SEED_LIMIT, check_seed
 from .core.config import is_quick
 from .core.device import describe_device, device_report, get_device, machine_label
+from .learn.tune import CAPSTONE_OBS
+from .measure.records import save_json, save_reference
+from .measure.table import records_table
 from .snake import rules
 
 
@@ -163,12 +163,12 @@ def run_train(args: argparse.Namespace) -> int:
     device = args.device if args.device is not None else get_device()
     learner = None
     if not args.resume:
-        from .learn.ppo import suggested_settings
+        from .learn.tune import suggested_settings
 
         settings = suggested_settings(device) if args.algo == "ppo" else {}
         settings.update(obs_type=args.obs, height=args.size, width=args.size)
         if args.choose:
-            from .bench.capstone import capstone_settings
+            from .learn.tune import capstone_settings
 
             settings = dict(capstone_settings(device, budget_s=args.seconds, start=settings).settings)
         settings.update(seed=args.seed, device=str(device))

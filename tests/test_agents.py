@@ -52,7 +52,7 @@ def test_a_won_game_ends_with_the_full_board(monkeypatch):
     agent = untrained_agent(height=4, width=4)
     from rlgpu_helpers.learn import agents
 
-    class Preset(agents.VecSnake):
+    class Preset(VecSnake):
         def reset(self, **kwargs):
             out = super().reset(**kwargs)
             self.set_state(0, almost)

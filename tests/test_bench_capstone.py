@@ -9,25 +9,29 @@ from rlgpu_helpers.bench.capstone import (
     BASELINE,
     CHOICE,
     FEW_GAMES,
-    CapstoneSettings,
-    Choice,
     ablation_arms,
     ablation_records_table,
     ablation_table,
-    average_score,
     capstone_verdicts,
     choice_records,
-    choose_num_envs,
-    choose_precision,
     chosen_on_file,
     measure_capstone,
     run_arms,
 )
 from rlgpu_helpers.bench.time_to_score import Curve
 from rlgpu_helpers.core.device import device_report, machine_label
-from rlgpu_helpers.gpu.graphs import choose_settings
 from rlgpu_helpers.gpu.precision import PrecisionPolicy
+from rlgpu_helpers.learn import tune
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
+from rlgpu_helpers.learn.training import TrainingResult
+from rlgpu_helpers.learn.tune import (
+    CapstoneSettings,
+    Choice,
+    average_score,
+    choose_num_envs,
+    choose_precision,
+    choose_settings,
+)
 
 TINY = {"height": 6, "width": 6, "num_envs": 16, "num_steps": 8, "hidden": 16, "obs_type": "features_reach"}
 
@@ -40,12 +44,18 @@ def curve(scores, seconds=None, rate=1000.0, setup="ours"):
     return Curve(setup, seconds, int(rate * seconds), points)
 
 
+def trained(scores, seconds=None, rate=1000.0):
+    """What a short run returns, with the curve of :func:`curve`."""
+    c = curve(scores, seconds, rate)
+    return TrainingResult("ppo", {}, c.points, c.seconds, c.env_steps, len(scores), c.final_mean_score, None)
+
+
 def test_average_score_is_the_area_under_the_curve_over_its_length():
     # 0 until the first game ends, then 10 for a second, then 20 until the end at 4 s.
-    assert average_score(curve([None, 10.0, 20.0], seconds=4.0)) == pytest.approx((10 + 20) / 4)
-    assert average_score(curve([], seconds=1.0)) == 0.0
+    assert average_score(curve([None, 10.0, 20.0]).points, 4.0) == pytest.approx((10 + 20) / 4)
+    assert average_score([], 1.0) == 0.0
     early, late = curve([10.0, 10.0, 10.0, 10.0]), curve([0.0, 0.0, 0.0, 10.0])
-    assert average_score(early) > average_score(late)  # learning sooner counts
+    assert average_score(early.points, 4.0) > average_score(late.points, 4.0)  # learning sooner counts
 
 
 def test_the_number_of_games_is_chosen_by_learning_not_by_steps_per_second(monkeypatch):
@@ -53,9 +63,9 @@ def test_the_number_of_games_is_chosen_by_learning_not_by_steps_per_second(monke
 
     def fake_run(seconds, seed, device, **settings):
         n = settings["num_envs"]
-        return curve(learned[n], seconds=seconds, rate=100.0 * n)
+        return trained(learned[n], seconds=seconds, rate=100.0 * n)
 
-    monkeypatch.setattr(capstone, "run_ours", fake_run)
+    monkeypatch.setattr(tune, "trial_run", fake_run)
     choice = choose_num_envs(TINY, "cpu", num_envs=(64, 16, 32), trial_s=2.0)
     assert choice.settings == {"num_envs": 32} and choice.lesson.startswith("06")
     assert set(choice.figures) == {16, 32, 64} and choice.figures[64][1] == 6400.0
@@ -66,9 +76,9 @@ def test_running_out_of_memory_ends_the_search_for_games(monkeypatch):
     def fake_run(seconds, seed, device, **settings):
         if settings["num_envs"] >= 64:
             raise torch.OutOfMemoryError("CUDA out of memory")
-        return curve([float(settings["num_envs"])], seconds=seconds + 1)
+        return trained([float(settings["num_envs"])], seconds=seconds + 1)
 
-    monkeypatch.setattr(capstone, "run_ours", fake_run)
+    monkeypatch.setattr(tune, "trial_run", fake_run)
     choice = choose_num_envs(TINY, "cpu", num_envs=(16, 32, 64, 128), trial_s=1.0)
     assert choice.settings == {"num_envs": 32} and set(choice.figures) == {16, 32}
     assert any("64 games did not fit" in reason for reason in choice.reasons)
@@ -77,10 +87,9 @@ def test_running_out_of_memory_ends_the_search_for_games(monkeypatch):
 
 
 def test_a_policy_of_fp16_trains_ppo_in_fp16_with_its_grad_scaler(monkeypatch):
-    import rlgpu_helpers.gpu.precision as precision
 
     t4 = PrecisionPolicy("cuda", "fp16", False, True, ("Tesla T4 has compute capability 7.5",))
-    monkeypatch.setattr(precision, "precision_policy", lambda *args, **kwargs: t4)
+    monkeypatch.setattr(tune, "precision_policy", lambda *args, **kwargs: t4)
     choice = choose_precision(TINY, "cpu")
     assert choice.settings == {"precision": "fp16"} and choice.reasons == t4.reasons
     assert PPO(PPOConfig(**TINY, **choice.settings)).scaler is not None

@@ -261,7 +261,9 @@ def test_the_transfers_suite_on_cuda_reads_the_link_and_shows_an_early_read():
 
 
 def test_the_precision_policy_of_this_gpu_and_a_step_in_each_of_its_precisions():
-    from rlgpu_helpers.gpu.precision import TrainStep, available_precisions, device_traits, precision_policy
+    from rlgpu_helpers.gpu.precision import available_precisions, device_traits
+    from rlgpu_helpers.learn.train_step import TrainStep
+    from rlgpu_helpers.learn.tune import precision_policy
 
     traits = device_traits(CUDA)
     policy = precision_policy(CUDA, verbose=False)
@@ -276,7 +278,7 @@ def test_the_precision_policy_of_this_gpu_and_a_step_in_each_of_its_precisions()
 
 
 def test_the_grad_scaler_on_cuda_skips_bad_steps_and_adapts():
-    from rlgpu_helpers.gpu.precision import scaler_trace
+    from rlgpu_helpers.learn.train_step import scaler_trace
 
     trace = scaler_trace(CUDA, steps=14, poison_at=(9,), init_scale=2.0**20, growth_interval=2)
     assert trace[9].skipped and trace[9].next_scale == trace[9].scale / 2

@@ -7,11 +7,10 @@ import io
 
 import pytest
 import torch
-
 from chatter import stderr_of_the_code
+
 from rlgpu_helpers.gpu.graphs import (
     CapturedStep,
-    choose_settings,
     compile_step,
     cuda_graph_skips,
     graph_breaks,
@@ -22,6 +21,7 @@ from rlgpu_helpers.gpu.graphs import (
 from rlgpu_helpers.gpu.sync import DeferredCheck, audit_syncs
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig, sample_actions
+from rlgpu_helpers.learn.tune import choose_settings
 from rlgpu_helpers.snake import rules
 from rlgpu_helpers.snake.vec import VecSnake
 

@@ -9,21 +9,19 @@ import rlgpu_helpers
 from rlgpu_helpers.gpu.precision import (
     DeviceTraits,
     PrecisionPolicy,
-    TrainStep,
     autocast,
     available_precisions,
     check_precision,
     choose_policy,
     fp32_matmul_precision,
     precision_context,
-    scaler_trace,
     set_tf32_matmuls,
     stale_weights_check,
-    step_flops,
     tf32_matmuls,
     uses_tf32,
 )
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
+from rlgpu_helpers.learn.train_step import TrainStep, scaler_trace, step_flops
 
 A100 = DeviceTraits("cuda", "NVIDIA A100", (8, 0), bf16_native=True, fp16_native=True)
 H100 = DeviceTraits("cuda", "NVIDIA H100", (9, 0), bf16_native=True, fp16_native=True)

@@ -37,7 +37,8 @@ from ..core.device import get_device, machine_of
 from ..gpu.memory import MIB, find_max_batch_size, peak_memory, release_memory, try_to_fit
 from ..gpu.monitor import UtilizationMonitor
 from ..learn.nets import ActorCritic
-from ..learn.ppo import PPO, PPOConfig, suggested_settings
+from ..learn.ppo import PPO, PPOConfig
+from ..learn.tune import suggested_settings
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.plots import plot_records
 from ..measure.records import Record, check_records

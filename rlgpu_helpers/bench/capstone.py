@@ -30,14 +30,14 @@ import dataclasses
 
 import torch
 
-from ..core.checks import check_choices, check_ints, check_number
+from ..core.checks import check_choices, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of
-from ..gpu.memory import try_to_fit
+from ..learn.tune import CapstoneSettings, capstone_settings, ours_settings
 from ..measure.claims import CLAIMS, Verdict, judge
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
-from .time_to_score import Curve, curve_records, ours_settings, run_ours
+from .time_to_score import Curve, curve_records, run_ours
 
 FEW_GAMES = 8
 """The games of the ablation's arm with notebook 03 switched off: a handful stepped together, as a
@@ -45,138 +45,6 @@ single-env loop per core would."""
 
 BASELINE = "all lessons"
 """The name of the ablation's arm with every lesson on: the chosen settings."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Choice:
-    """One lesson's choice: the ``PPOConfig`` fields it set and why, in measured words."""
-
-    lesson: str
-    settings: dict
-    reasons: tuple[str, ...]
-    figures: dict = dataclasses.field(default_factory=dict)
-    """What was measured, by option: the batch's ``(average score, steps/s)`` per number of games; the
-    launches' ``(median seconds per iteration, IQR, startup seconds)`` per setting."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CapstoneSettings:
-    """The capstone's ``PPOConfig`` settings on a device (``settings``) and the choices that made them."""
-
-    device_type: str
-    start: dict
-    """Where the choices started: ``ours_settings(device)``."""
-    settings: dict
-    choices: tuple[Choice, ...]
-
-    def __str__(self) -> str:
-        lines = [f"Capstone settings on {self.device_type}:"]
-        for choice in self.choices:
-            chosen = ", ".join(f"{key}={value!r}" for key, value in choice.settings.items())
-            lines.append(f"{choice.lesson}: {chosen}, because")
-            lines += [f"  - {reason}" for reason in choice.reasons]
-        return "\n".join(lines)
-
-
-def default_num_envs(device: str | torch.device | None = None) -> tuple[int, ...]:
-    """The numbers of games :func:`choose_num_envs` tries: around the starting point, by powers of two."""
-    device = get_device(device, param="device")
-    if device.type == "cuda":
-        return pick(full=(2048, 4096, 8192, 16384, 32768), quick=(256, 512))
-    return pick(full=(128, 256, 512, 1024), quick=(32, 64))
-
-
-def average_score(curve: Curve) -> float:
-    """The curve's mean score averaged over its wall-clock time (0 before any game ended).
-
-    It rewards learning soon as well as learning far: the area under the curve over its length.
-    """
-    points = [(p["seconds"], p["mean_score"] or 0.0) for p in curve.points]
-    if not points or curve.seconds <= 0:
-        return 0.0
-    area = sum(score * (t_next - t) for (t, score), (t_next, _) in zip(points, points[1:]))
-    last_t, last_score = points[-1]
-    return (area + last_score * max(curve.seconds - last_t, 0.0)) / curve.seconds
-
-
-def choose_num_envs(settings: dict, device: str | torch.device | None = None, *, num_envs=None,
-                    trial_s: float | None = None, seed: int = 0) -> Choice:
-    """Notebook 06's choice for PPO, judged by learning: the number of games that learns best in a short run.
-
-    Each number of games in ``num_envs`` (default: :func:`default_num_envs`) trains ``settings``
-    for ``trial_s`` seconds; the one with the highest :func:`average_score` wins. Steps/s
-    alone would pick the most games: past a point, more games per rollout mean fewer updates per
-    second, and the time to a score grows. A number that runs out of memory ends the search.
-    """
-    device = get_device(device, param="device")
-    candidates = sorted(check_ints("num_envs", default_num_envs(device) if num_envs is None else num_envs, minimum=1))
-    trial_s = check_number("trial_s", pick(full=20.0, quick=1.0) if trial_s is None else trial_s, above=0)
-    curves, reasons = {}, []
-    for n in candidates:
-        curve, why = try_to_fit(lambda n=n: run_ours(trial_s, seed=seed, device=device, **{**settings, "num_envs": n}),
-                                device)
-        if why is not None:
-            reasons.append(f"{n:,} games did not fit in the device's memory ({why}): larger numbers not tried")
-            break
-        curves[n] = curve
-    if not curves:
-        raise RuntimeError(f"not even {candidates[0]:,} games fit in the memory of {device}")
-    scores = {n: average_score(curve) for n, curve in curves.items()}
-    chosen = max(scores, key=scores.get)
-    fastest = max(curves, key=lambda n: curves[n].steps_per_second)
-    reasons.insert(0, f"each number of games trained for {format_number(trial_s)} s: "
-                   + "; ".join(f"{n:,} games averaged a score of {format_number(scores[n])} at "
-                               f"{format_number(curves[n].steps_per_second)} steps/s" for n in curves))
-    reasons.append(f"{chosen:,} games learned best" + (f" (steps/s alone would pick {fastest:,})"
-                                                        if fastest != chosen else ", and fastest"))
-    figures = {n: (scores[n], curves[n].steps_per_second) for n in curves}
-    return Choice("06 batch size", {"num_envs": chosen}, tuple(reasons), figures)
-
-
-def choose_precision(settings: dict, device: str | torch.device | None = None) -> Choice:
-    """Notebook 08's choice: ``precision_policy`` at the update's minibatch and width."""
-    from ..gpu.precision import precision_policy
-    from ..learn.ppo import PPOConfig
-
-    config = PPOConfig(**{**settings, "device": str(get_device(device, param="device"))})
-    minibatch = config.num_envs * config.num_steps // config.num_minibatches
-    policy = precision_policy(device, hidden=config.hidden, batch_size=minibatch, verbose=False)
-    reasons = list(policy.reasons)
-    if any("autocast measured" in reason for reason in reasons):
-        reasons.append(f"measured on the update's shape: {config.hidden} wide, {minibatch:,} per minibatch")
-    return Choice("08 precision", {"precision": policy.precision}, tuple(reasons))
-
-
-def choose_launches(settings: dict, device: str | torch.device | None = None, *, budget_s: float,
-                    iterations: int | None = None) -> Choice:
-    """Notebook 09's choice: ``fastest_settings`` for a run of ``budget_s``, compile and capture included."""
-    from ..gpu.graphs import fastest_settings
-
-    iterations = pick(full=3, quick=1) if iterations is None else iterations
-    launch = fastest_settings(device, iterations=iterations, budget_s=budget_s, verbose=False, **settings)
-    figures = {name: (median, iqr, launch.startup.get(name, 0.0)) for name, (median, iqr) in launch.seconds.items()}
-    return Choice("09 compile and CUDA graphs", launch.settings, launch.reasons, figures)
-
-
-def capstone_settings(device: str | torch.device | None = None, *, budget_s: float, start: dict | None = None,
-                      num_envs=None, trial_s: float | None = None, verbose: bool = True) -> CapstoneSettings:
-    """The fastest settings the device supports for a run of ``budget_s``: batch, precision, launches.
-
-    Each choice is measured with the ones before it applied (see the module docstring), starting
-    from ``ours_settings(device)`` updated with ``start`` (another observation or grid size, say).
-    ``num_envs`` and ``trial_s``: the numbers of games to try and how long (:func:`choose_num_envs`).
-    """
-    device = get_device(device, param="device")
-    budget_s = check_number("budget_s", budget_s, above=0)
-    start = {**ours_settings(device), **(start or {})}
-    batch = choose_num_envs(start, device, num_envs=num_envs, trial_s=trial_s)
-    precision = choose_precision({**start, **batch.settings}, device)
-    launches = choose_launches({**start, **batch.settings, **precision.settings}, device, budget_s=budget_s)
-    settings = {**start, **batch.settings, **precision.settings, **launches.settings}
-    chosen = CapstoneSettings(device.type, start, settings, (batch, precision, launches))
-    if verbose:
-        print(chosen)
-    return chosen
 
 
 # ---------------------------------------------------------------------------- the ablation

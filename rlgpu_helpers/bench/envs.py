@@ -696,10 +696,7 @@ def step_memory_table(memory: Sequence[StepMemory], throughput: Sequence[Record]
 # ---------------------------------------------------------------------------- time per step (notebook 04)
 
 
-"""The two N of the guide's "same computational cost for 1 or 256 environments"."""
 
 
 # ---------------------------------------------------------------------------- the cost of each sync point
 
-"""What :func:`sync_cost_throughput` measures: ``VecSnake``, and ``NaiveTensorSnake`` with no sync
-point, each one alone, and all four (a typical tutorial env). Values: its ``syncs=`` (None: VecSnake)."""

@@ -32,17 +32,11 @@ from ..core.checks import check_choices, check_int, check_ints, check_seed
 from ..core.config import pick
 from ..core.device import get_device, machine_of
 from ..gpu.memory import peak_memory
-from ..gpu.precision import (
-    PRECISIONS,
-    PrecisionPolicy,
-    TrainStep,
-    autocast,
-    available_precisions,
-    device_traits,
-    step_flops,
-)
-from ..learn.ppo import PPO, PPOConfig, suggested_settings
+from ..gpu.precision import PRECISIONS, PrecisionPolicy, autocast, available_precisions, device_traits
+from ..learn.ppo import PPO, PPOConfig
+from ..learn.train_step import TrainStep, step_flops
 from ..learn.training import train
+from ..learn.tune import suggested_settings
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number

@@ -102,6 +102,7 @@ def flat_until(records: Sequence[Record], variant: str, *, device: str | None = 
 
 
 SAME_COST_NUM_ENVS = (1, 256)
+"""The two N of the guide's "same computational cost for 1 or 256 environments"."""
 
 
 def same_cost_checks(records: Sequence[Record], reference: Sequence[Record] = ()) -> list[ClaimCheck]:
@@ -145,6 +146,8 @@ SYNC_CONFIGS = {
     **{point: (point,) for point in SYNC_POINTS},
     "all four": SYNC_POINTS,
 }
+"""What :func:`sync_cost_throughput` measures: ``VecSnake``, and ``NaiveTensorSnake`` with no sync
+point, each one alone, and all four (a typical tutorial env). Values: its ``syncs=`` (None: VecSnake)."""
 
 
 def sync_variant(config: str) -> str:

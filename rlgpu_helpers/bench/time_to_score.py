@@ -85,17 +85,6 @@ class Curve:
         return next((p for p in self.points if p["mean_score"] is not None and p["mean_score"] >= score), None)
 
 
-CAPSTONE_OBS = "features_reach"
-"""The capstone's observation: the 11 features, the free space each move leads to, the length (``snake.rules``)."""
-
-
-def ours_settings(device) -> dict:
-    """The capstone's PPO settings on ``device``: ``suggested_settings`` with the capstone's observation."""
-    from ..learn.ppo import suggested_settings
-
-    return {**suggested_settings(device), "obs_type": CAPSTONE_OBS}
-
-
 def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool = False, **settings) -> Curve:
     """This course's PPO on ``VecSnake`` for ``seconds`` (settings: any ``PPOConfig`` field)."""
     from ..learn.training import make_learner, train
@@ -354,7 +343,8 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
     from tqdm.auto import tqdm
 
     from ..core.config import pick
-    from .capstone import capstone_settings, chosen_on_file
+    from ..learn.tune import capstone_settings
+    from .capstone import chosen_on_file
 
     budget = check_number("budget_s", pick(full=300.0, quick=4.0) if budget_s is None else budget_s, above=0)
     seeds = check_ints("seeds", pick(full=(0, 1, 2), quick=(0,)) if seeds is None else seeds, minimum=0)

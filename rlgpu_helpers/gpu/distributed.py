@@ -503,7 +503,7 @@ def ddp_proof(world_size: int = 2, accumulation_steps: int = 4, *, timeout_s: fl
 
 def _run_train(args, world: World, device: torch.device) -> dict:
     from ..cli import _typed_settings
-    from ..learn.ppo import suggested_settings
+    from ..learn.tune import suggested_settings
 
     if args.resume:
         given = [f"--{name}" for name in ("obs", "size", "envs", "seed", "set")

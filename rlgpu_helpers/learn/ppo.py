@@ -147,17 +147,6 @@ class PPOConfig:
             check_number("target_kl", self.target_kl, above=0)
 
 
-def suggested_settings(device) -> dict:
-    """``PPOConfig`` settings to start from on ``device``.
-
-    On a CPU the defaults (512 games, 64-wide MLP) are what notebook 11 measured. On a GPU more
-    games in parallel keep it busy; these values are a starting point, not tuned on a GPU yet.
-    """
-    if torch.device(device).type == "cuda":
-        return {"num_envs": 8192, "num_steps": 32, "hidden": 128, "learning_rate": 1e-3}
-    return {}
-
-
 def sample_actions(logits: torch.Tensor) -> torch.Tensor:
     """One action per row drawn from ``softmax(logits)``, without a host sync.
 

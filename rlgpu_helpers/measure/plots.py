@@ -14,6 +14,7 @@ from ..core.checks import check_number
 from .records import Record, check_records
 
 LOG_SPAN = 10
+"""An axis whose positive values span this factor (a decade) or more gets a log scale."""
 
 
 _PAD = 0.06  # of the axis span, on each side, so that no marker is cut off at the edge

@@ -93,4 +93,3 @@ def records_table(records: Sequence[Record], *, this_machine: str | None = None)
     return RecordsTable(records, this_machine)
 
 
-"""An axis whose positive values span this factor (a decade) or more gets a log scale."""

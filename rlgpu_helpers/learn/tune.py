@@ -1,0 +1,346 @@
+"""Choosing settings for this device: every "what should I use here?" of the course in one place.
+
+- :func:`suggested_settings`: ``PPOConfig`` values to start from on a device;
+- :func:`fastest_settings` / :func:`choose_settings`: eager, compiled, CUDA graphs or both,
+  by time per PPO iteration and what each pays once before its first fast one (09);
+- :func:`precision_policy` / :func:`bf16_speedup`: the precision to train in, from what the
+  device does natively and, on a CPU, a measured bf16 step (08);
+- :func:`capstone_settings`: the capstone's games in parallel, precision and launch settings,
+  each chosen by a short measurement here (11).
+
+The techniques themselves are in ``gpu/``; this module measures PPO with them and picks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ..core.checks import check_choice, check_int, check_ints, check_number
+from ..core.config import pick
+from ..core.device import get_device
+from ..gpu.memory import try_to_fit
+from ..gpu.precision import PrecisionPolicy, choose_policy, device_traits
+from ..measure.table import format_number
+from ..measure.timing import time_callable
+from .ppo import PPOConfig
+from .train_step import TrainStep
+from .training import TrainingResult, make_learner, train
+
+
+def suggested_settings(device) -> dict:
+    """``PPOConfig`` settings to start from on ``device``.
+
+    On a CPU the defaults (512 games, 64-wide MLP) are what notebook 11 measured. On a GPU more
+    games in parallel keep it busy; these values are a starting point, not tuned on a GPU yet.
+    """
+    if torch.device(device).type == "cuda":
+        return {"num_envs": 8192, "num_steps": 32, "hidden": 128, "learning_rate": 1e-3}
+    return {}
+
+
+SETTINGS = {"eager": {"compile": False, "cuda_graphs": False},
+            "compiled": {"compile": True, "cuda_graphs": False},
+            "CUDA graphs": {"compile": False, "cuda_graphs": True},
+            "compiled + CUDA graphs": {"compile": True, "cuda_graphs": True}}
+"""The launch settings of ``PPOConfig`` that :func:`fastest_settings` compares, by name."""
+
+
+STARTUP = {"compiled": "compile", "CUDA graphs": "capture", "compiled + CUDA graphs": "compile and capture"}
+"""What each setting pays once, before its first fast iteration."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSettings:
+    """The ``PPOConfig`` launch settings to use on a device, why, and what was measured.
+
+    ``seconds`` holds, per setting name (:data:`SETTINGS`), the median seconds of one PPO
+    iteration and its interquartile range, after the compile or capture; ``startup`` the
+    seconds the compile or capture added to the first iterations; ``budget_s`` the training
+    budget the choice was made for (None: steady-state speed only).
+    """
+
+    device_type: str
+    compile: bool
+    cuda_graphs: bool
+    seconds: dict
+    reasons: tuple[str, ...]
+    startup: dict = dataclasses.field(default_factory=dict)
+    budget_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        """The chosen setting's name in :data:`SETTINGS`."""
+        return next(name for name, s in SETTINGS.items() if s == self.settings)
+
+    @property
+    def settings(self) -> dict:
+        """``{"compile": ..., "cuda_graphs": ...}``, for ``PPOConfig(**settings)``."""
+        return {"compile": self.compile, "cuda_graphs": self.cuda_graphs}
+
+    def __str__(self) -> str:
+        return "\n".join([f"Launch settings on {self.device_type}: {self.name} {self.settings}, because"]
+                         + [f"  - {reason}" for reason in self.reasons])
+
+
+def choose_settings(device_type: str, seconds: dict, startup: dict | None = None,
+                    budget_s: float | None = None) -> LaunchSettings:
+    """The fastest of the measured settings, kept only if it beats eager beyond both spreads.
+
+    ``seconds``: per setting name, ``(median, iqr)`` of one iteration; must include ``"eager"``.
+    ``startup``: per setting name, the seconds its compile or capture cost once. With a
+    ``budget_s``, a setting must also make more iterations than eager within the budget once
+    that cost is paid, even at the slow end of both spreads: a compile of 10 s does not pay
+    in a 5-second run.
+    """
+    if "eager" not in seconds:
+        raise ValueError(f"seconds={seconds!r} must include 'eager'")
+    for name in seconds:
+        check_choice("setting", name, tuple(SETTINGS))
+    startup = dict(startup or {})
+    if budget_s is not None:
+        check_number("budget_s", budget_s, above=0)
+    base, base_iqr = seconds["eager"]
+    reasons = [f"eager: {base * 1e3:.3g} ms per iteration"]
+    best = "eager"
+    for name, (median, iqr) in seconds.items():
+        if name == "eager":
+            continue
+        cost = startup.get(name, 0.0)
+        beyond = median + iqr < base - base_iqr
+        reason = f"{name}: {median * 1e3:.3g} ms, {base / median:.2f}x eager's speed"
+        if name in startup:
+            reason += f"; its {STARTUP[name]} took {cost:.3g} s"
+            if median < base:
+                reason += f", paid back after {cost / (1 - median / base):.3g} s of training"
+        if not beyond:
+            reason += " (not beyond the noise)"
+        elif budget_s is not None and (budget_s - cost) / (median + iqr) <= budget_s / (base - base_iqr):
+            beyond = False
+            reason += f" (fewer iterations than eager within the {budget_s:.3g} s budget)"
+        reasons.append(reason)
+        if beyond and median < seconds[best][0]:
+            best = name
+    if device_type != "cuda":
+        reasons.append("CUDA graphs need a CUDA GPU: not tried here")
+    within = "" if budget_s is None else f" within {budget_s:.3g} s"
+    reasons.append(f"chosen: {best}, the fastest{within} beyond the noise" if best != "eager"
+                   else f"chosen: eager, nothing was faster{within} beyond the noise")
+    return LaunchSettings(device_type, **SETTINGS[best], seconds=dict(seconds), reasons=tuple(reasons),
+                          startup=startup, budget_s=budget_s)
+
+
+def fastest_settings(device: str | torch.device | None = None, *, iterations: int = 3,
+                     settings: Sequence[str] | None = None, budget_s: float | None = None,
+                     verbose: bool = True, **config) -> LaunchSettings:
+    """Time PPO iterations with each launch setting on ``device`` and return the fastest, with reasons.
+
+    ``config``: other ``PPOConfig`` fields (the network and sizes matter: compiling pays off
+    where launches dominate). Each setting builds a fresh learner and runs two iterations (the
+    compile or capture happens there: their time beyond two ordinary iterations is its
+    ``startup``), then times ``iterations`` more. ``settings``: names from :data:`SETTINGS`
+    (default: every one the device can run). ``budget_s``: choose for a run this long
+    (:func:`choose_settings`).
+    """
+    from ..learn.ppo import PPO, PPOConfig
+    from ..measure.timing import time_callable
+
+    device = get_device(device, param="device")
+    iterations = check_int("iterations", iterations)
+    if settings is None:
+        settings = [name for name, s in SETTINGS.items() if device.type == "cuda" or not s["cuda_graphs"]]
+    settings = ["eager", *[name for name in settings if name != "eager"]]
+    seconds, startup = {}, {}
+    for name in settings:
+        check_choice("settings", name, tuple(SETTINGS))
+        learner = PPO(PPOConfig(**{**config, **SETTINGS[name], "device": str(device)}))
+        first = time_callable(lambda step=learner.iterate: (step(), step()), warmup=0, repeats=1, device=device)
+        timing = time_callable(learner.iterate, warmup=0, repeats=iterations, device=device)
+        seconds[name] = (timing.median, timing.iqr)
+        if name != "eager":
+            startup[name] = max(0.0, first.median - 2 * timing.median)
+        del learner
+    chosen = choose_settings(device.type, seconds, startup, budget_s)
+    if verbose:
+        print(chosen)
+    return chosen
+
+
+def bf16_speedup(device: str | torch.device | None = "cpu", *, hidden: int = 64, batch_size: int = 256,
+                 repeats: int = 7) -> tuple[float, float]:
+    """fp32 step time over bf16 autocast step time of a :class:`TrainStep`, and its spread.
+
+    The spread adds the relative IQRs of the two timings in quadrature.
+    """
+    timings = {}
+    for precision in ("fp32", "bf16"):
+        step = TrainStep(precision, hidden, batch_size, device)
+        probe = time_callable(step, warmup=2, repeats=1, device=step.device).median
+        number = max(1, math.ceil(0.05 / max(probe, 1e-9)))
+        timings[precision] = time_callable(step, warmup=number, repeats=repeats, number=number, device=step.device)
+    fp32, bf16 = timings["fp32"], timings["bf16"]
+    speedup = fp32.median / bf16.median
+    return speedup, speedup * math.hypot(fp32.iqr / fp32.median, bf16.iqr / bf16.median)
+
+
+def precision_policy(device: str | torch.device | None = None, *, hidden: int = 64, batch_size: int = 256,
+                     verbose: bool = True) -> PrecisionPolicy:
+    """The :func:`choose_policy` of a real device, printed with its reasons when ``verbose``.
+
+    On a CPU with bf16 instructions, bf16 autocast is first measured against fp32 on a
+    :class:`TrainStep` of this ``hidden`` width and ``batch_size``: a CPU's answer depends on
+    the size of the net.
+    """
+    traits = device_traits(device)
+    speedup, spread = None, 0.0
+    if traits.type == "cpu" and traits.bf16_native:
+        speedup, spread = bf16_speedup(device, hidden=hidden, batch_size=batch_size)
+    policy = choose_policy(traits, speedup, spread)
+    if verbose:
+        print(policy)
+    return policy
+
+
+CAPSTONE_OBS = "features_reach"
+"""The capstone's observation: the 11 features, the free space each move leads to, the length (``snake.rules``)."""
+
+
+def ours_settings(device) -> dict:
+    """The capstone's PPO settings on ``device``: ``suggested_settings`` with the capstone's observation."""
+    return {**suggested_settings(device), "obs_type": CAPSTONE_OBS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """One lesson's choice: the ``PPOConfig`` fields it set and why, in measured words."""
+
+    lesson: str
+    settings: dict
+    reasons: tuple[str, ...]
+    figures: dict = dataclasses.field(default_factory=dict)
+    """What was measured, by option: the batch's ``(average score, steps/s)`` per number of games; the
+    launches' ``(median seconds per iteration, IQR, startup seconds)`` per setting."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CapstoneSettings:
+    """The capstone's ``PPOConfig`` settings on a device (``settings``) and the choices that made them."""
+
+    device_type: str
+    start: dict
+    """Where the choices started: ``ours_settings(device)``."""
+    settings: dict
+    choices: tuple[Choice, ...]
+
+    def __str__(self) -> str:
+        lines = [f"Capstone settings on {self.device_type}:"]
+        for choice in self.choices:
+            chosen = ", ".join(f"{key}={value!r}" for key, value in choice.settings.items())
+            lines.append(f"{choice.lesson}: {chosen}, because")
+            lines += [f"  - {reason}" for reason in choice.reasons]
+        return "\n".join(lines)
+
+
+def default_num_envs(device: str | torch.device | None = None) -> tuple[int, ...]:
+    """The numbers of games :func:`choose_num_envs` tries: around the starting point, by powers of two."""
+    device = get_device(device, param="device")
+    if device.type == "cuda":
+        return pick(full=(2048, 4096, 8192, 16384, 32768), quick=(256, 512))
+    return pick(full=(128, 256, 512, 1024), quick=(32, 64))
+
+
+def average_score(points: list[dict], seconds: float) -> float:
+    """A learning curve's mean score averaged over its ``seconds`` of wall-clock time (0 before any
+    game ended); ``points`` as in ``TrainingResult.curve``.
+
+    It rewards learning soon as well as learning far: the area under the curve over its length.
+    """
+    points = [(p["seconds"], p["mean_score"] or 0.0) for p in points]
+    if not points or seconds <= 0:
+        return 0.0
+    area = sum(score * (t_next - t) for (t, score), (t_next, _) in zip(points, points[1:]))
+    last_t, last_score = points[-1]
+    return (area + last_score * max(seconds - last_t, 0.0)) / seconds
+
+
+def trial_run(seconds: float, seed: int, device, **settings) -> TrainingResult:
+    """A short PPO run of ``settings`` (any ``PPOConfig`` field) for ``seconds``, to judge them by."""
+    return train(make_learner("ppo", seed=seed, device=str(device), **settings), seconds=seconds, progress=False)
+
+
+def choose_num_envs(settings: dict, device: str | torch.device | None = None, *, num_envs=None,
+                    trial_s: float | None = None, seed: int = 0) -> Choice:
+    """Notebook 06's choice for PPO, judged by learning: the number of games that learns best in a short run.
+
+    Each number of games in ``num_envs`` (default: :func:`default_num_envs`) trains ``settings``
+    for ``trial_s`` seconds; the one with the highest :func:`average_score` wins. Steps/s
+    alone would pick the most games: past a point, more games per rollout mean fewer updates per
+    second, and the time to a score grows. A number that runs out of memory ends the search.
+    """
+    device = get_device(device, param="device")
+    candidates = sorted(check_ints("num_envs", default_num_envs(device) if num_envs is None else num_envs, minimum=1))
+    trial_s = check_number("trial_s", pick(full=20.0, quick=1.0) if trial_s is None else trial_s, above=0)
+    runs, reasons = {}, []
+    for n in candidates:
+        run, why = try_to_fit(lambda n=n: trial_run(trial_s, seed, device, **{**settings, "num_envs": n}),
+                              device)
+        if why is not None:
+            reasons.append(f"{n:,} games did not fit in the device's memory ({why}): larger numbers not tried")
+            break
+        runs[n] = run
+    if not runs:
+        raise RuntimeError(f"not even {candidates[0]:,} games fit in the memory of {device}")
+    scores = {n: average_score(run.curve, run.seconds) for n, run in runs.items()}
+    chosen = max(scores, key=scores.get)
+    fastest = max(runs, key=lambda n: runs[n].steps_per_second)
+    reasons.insert(0, f"each number of games trained for {format_number(trial_s)} s: "
+                   + "; ".join(f"{n:,} games averaged a score of {format_number(scores[n])} at "
+                               f"{format_number(runs[n].steps_per_second)} steps/s" for n in runs))
+    reasons.append(f"{chosen:,} games learned best" + (f" (steps/s alone would pick {fastest:,})"
+                                                        if fastest != chosen else ", and fastest"))
+    figures = {n: (scores[n], runs[n].steps_per_second) for n in runs}
+    return Choice("06 batch size", {"num_envs": chosen}, tuple(reasons), figures)
+
+
+def choose_precision(settings: dict, device: str | torch.device | None = None) -> Choice:
+    """Notebook 08's choice: ``precision_policy`` at the update's minibatch and width."""
+    config = PPOConfig(**{**settings, "device": str(get_device(device, param="device"))})
+    minibatch = config.num_envs * config.num_steps // config.num_minibatches
+    policy = precision_policy(device, hidden=config.hidden, batch_size=minibatch, verbose=False)
+    reasons = list(policy.reasons)
+    if any("autocast measured" in reason for reason in reasons):
+        reasons.append(f"measured on the update's shape: {config.hidden} wide, {minibatch:,} per minibatch")
+    return Choice("08 precision", {"precision": policy.precision}, tuple(reasons))
+
+
+def choose_launches(settings: dict, device: str | torch.device | None = None, *, budget_s: float,
+                    iterations: int | None = None) -> Choice:
+    """Notebook 09's choice: ``fastest_settings`` for a run of ``budget_s``, compile and capture included."""
+    iterations = pick(full=3, quick=1) if iterations is None else iterations
+    launch = fastest_settings(device, iterations=iterations, budget_s=budget_s, verbose=False, **settings)
+    figures = {name: (median, iqr, launch.startup.get(name, 0.0)) for name, (median, iqr) in launch.seconds.items()}
+    return Choice("09 compile and CUDA graphs", launch.settings, launch.reasons, figures)
+
+
+def capstone_settings(device: str | torch.device | None = None, *, budget_s: float, start: dict | None = None,
+                      num_envs=None, trial_s: float | None = None, verbose: bool = True) -> CapstoneSettings:
+    """The fastest settings the device supports for a run of ``budget_s``: batch, precision, launches.
+
+    Each choice is measured with the ones before it applied (see the module docstring), starting
+    from ``ours_settings(device)`` updated with ``start`` (another observation or grid size, say).
+    ``num_envs`` and ``trial_s``: the numbers of games to try and how long (:func:`choose_num_envs`).
+    """
+    device = get_device(device, param="device")
+    budget_s = check_number("budget_s", budget_s, above=0)
+    start = {**ours_settings(device), **(start or {})}
+    batch = choose_num_envs(start, device, num_envs=num_envs, trial_s=trial_s)
+    precision = choose_precision({**start, **batch.settings}, device)
+    launches = choose_launches({**start, **batch.settings, **precision.settings}, device, budget_s=budget_s)
+    settings = {**start, **batch.settings, **precision.settings, **launches.settings}
+    chosen = CapstoneSettings(device.type, start, settings, (batch, precision, launches))
+    if verbose:
+        print(chosen)
+    return chosen
