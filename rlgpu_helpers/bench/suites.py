@@ -17,7 +17,7 @@ import torch
 from ..measure.records import Record
 from .accumulation import measure_accumulation
 from .batch_size import measure_batch_size
-from .capstone import measure_capstone
+from .ablation import measure_capstone
 from .ceilings import measure_ceilings
 from .ddp import measure_ddp
 from .envs import measure_env_throughput

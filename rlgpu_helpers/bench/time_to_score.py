@@ -19,6 +19,8 @@ import dataclasses
 import functools
 import time
 
+import torch
+
 from ..core.checks import (
     check_choice,
     check_choices,
@@ -26,9 +28,10 @@ from ..core.checks import (
     check_ints,
     check_number,
 )
-from ..core.device import logical_cores, machine_of
+from ..core.device import get_device, logical_cores, machine_of
 from ..learn.training import ScoreCurve
-from ..measure.records import Record
+from ..learn.tune import capstone_settings, ours_settings
+from ..measure.records import Record, check_records, load_reference
 from ..measure.table import Table, format_number
 
 SETUPS = {
@@ -336,15 +339,13 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
 
     Full size: ``budget_s`` 300 s per run, our PPO with ``seeds`` 0, 1, 2, the other ``setups``
     with seed 0 (25 minutes). Our PPO trains with the capstone's settings for this machine: the
-    ones on file (``bench capstone``), or else chosen now (``bench.capstone.capstone_settings``).
+    ones on file (``bench capstone``), or else chosen now (``learn.tune.capstone_settings``).
     stable-baselines3 is skipped, with a printed note, where it is not installed.
     ``tools/gpu_sweep.py`` runs only ``setups=("ours",)`` on a GPU.
     """
     from tqdm.auto import tqdm
 
     from ..core.config import pick
-    from ..learn.tune import capstone_settings
-    from .capstone import chosen_on_file
 
     budget = check_number("budget_s", pick(full=300.0, quick=4.0) if budget_s is None else budget_s, above=0)
     seeds = check_ints("seeds", pick(full=(0, 1, 2), quick=(0,)) if seeds is None else seeds, minimum=0)
@@ -367,3 +368,25 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
             curve = run_naive(budget, seed=seed)
         records += curve_records(curve, machine, budget, seed)
     return records
+
+
+CHOICE = "capstone choice"
+"""The record name of the choice's measurements and of the settings chosen."""
+
+
+CHOSEN_FIELDS = ("num_envs", "precision", "compile", "cuda_graphs")
+
+
+def chosen_on_file(device: str | torch.device | None = None, records=None) -> dict | None:
+    """The capstone settings last chosen on this machine (``capstone`` suite records), or None.
+
+    ``records``: where to look (default: ``data/reference/``).
+    """
+    device = get_device(device, param="device")
+    machine = machine_of(device)
+    records = load_reference() if records is None else check_records(records)
+    chosen = [r for r in records if (r.name, r.variant, r.machine) == (CHOICE, "chosen settings", machine)]
+    if not chosen:
+        return None
+    latest = max(chosen, key=lambda r: r.date)
+    return {**ours_settings(device), **{key: latest.params[key] for key in CHOSEN_FIELDS}}

@@ -3,22 +3,20 @@
 import pytest
 import torch
 
-from rlgpu_helpers.bench import capstone
-from rlgpu_helpers.bench.capstone import (
+from rlgpu_helpers.bench import ablation
+from rlgpu_helpers.bench.ablation import (
     ABLATION,
     BASELINE,
-    CHOICE,
     FEW_GAMES,
     ablation_arms,
     ablation_records_table,
     ablation_table,
     capstone_verdicts,
     choice_records,
-    chosen_on_file,
     measure_capstone,
     run_arms,
 )
-from rlgpu_helpers.bench.time_to_score import Curve
+from rlgpu_helpers.bench.time_to_score import CHOICE, Curve, chosen_on_file
 from rlgpu_helpers.core.device import device_report, machine_label
 from rlgpu_helpers.gpu.precision import PrecisionPolicy
 from rlgpu_helpers.learn import tune
@@ -143,9 +141,9 @@ def test_the_ablation_table_says_what_switching_each_lesson_off_did():
 
 
 def test_run_arms_trains_each_arm_once_and_labels_it():
-    arms = [capstone.Arm(BASELINE, "the chosen settings", dict(TINY)),
-            capstone.Arm("11 the observation", "the 11 'features'", {**TINY, "obs_type": "features"}),
-            capstone.Arm("05 transfers and replay", "nothing here", None)]
+    arms = [ablation.Arm(BASELINE, "the chosen settings", dict(TINY)),
+            ablation.Arm("11 the observation", "the 11 'features'", {**TINY, "obs_type": "features"}),
+            ablation.Arm("05 transfers and replay", "nothing here", None)]
     done = {BASELINE: curve([1.0])}
     curves = run_arms(arms, 1.0, device="cpu", done=done, progress=False)
     assert set(curves) == {BASELINE, "11 the observation"} and curves[BASELINE].points == done[BASELINE].points
@@ -172,9 +170,9 @@ def test_the_choice_goes_on_file_and_comes_back(monkeypatch):
 
 
 def test_the_ablation_part_uses_the_choice_on_file(monkeypatch):
-    monkeypatch.setattr(capstone, "chosen_on_file", lambda device: {**TINY, "precision": "fp32", "compile": False,
+    monkeypatch.setattr(ablation, "chosen_on_file", lambda device: {**TINY, "precision": "fp32", "compile": False,
                                                                      "cuda_graphs": False})
-    monkeypatch.setattr(capstone, "capstone_settings", lambda *a, **k: pytest.fail("the choice was measured again"))
+    monkeypatch.setattr(ablation, "capstone_settings", lambda *a, **k: pytest.fail("the choice was measured again"))
     records = measure_capstone("cpu", progress=False, budget_s=1.0, parts=("ablation",))
     variants = {r.variant for r in records}
     assert {r.name for r in records} == {ABLATION}

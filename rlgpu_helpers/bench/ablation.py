@@ -1,14 +1,14 @@
-"""The capstone's settings, chosen by the course's helpers, and what each lesson contributed (notebook 11).
+"""The capstone's ablation: what each lesson contributed to the settings the helpers chose (notebook 11).
 
-:func:`capstone_settings` starts from ``ours_settings(device)`` and asks the helpers of three
-lessons, in order, each measuring on the device:
+``learn.tune.capstone_settings`` starts from ``ours_settings(device)`` and asks the helpers of
+three lessons, in order, each measuring on the device:
 
-* notebook 06, **the batch**: a short run at each number of games (:func:`choose_num_envs`),
+* notebook 06, **the batch**: a short run at each number of games (``choose_num_envs``),
   judged by the score it learned, not by steps/s: more games per rollout make more steps/s
   but fewer updates each second, and past a point they slow the learning;
-* notebook 08, **the precision**: ``gpu.precision.precision_policy`` at the update's minibatch
+* notebook 08, **the precision**: ``learn.tune.precision_policy`` at the update's minibatch
   size and network width (fp16 on a T4 comes with PPO's ``GradScaler``);
-* notebook 09, **the launches**: ``gpu.graphs.fastest_settings`` for the training budget, the
+* notebook 09, **the launches**: ``learn.tune.fastest_settings`` for the training budget, the
   compile or capture included: a compile that costs more than it saves within the budget loses.
 
 The rollout storage (notebook 05's buffer) is a tensor on the device in every setting: there is
@@ -21,7 +21,7 @@ budget and seed; :func:`ablation_table` sets them side by side.
 
 ``python -m rlgpu_helpers bench capstone`` runs both as a suite (:func:`measure_capstone`); the
 settings it chose go on file, where ``bench training`` and the GPU sweep find them
-(:func:`chosen_on_file`).
+(``time_to_score.chosen_on_file``). This module imports :mod:`.time_to_score`, never the reverse.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from ..learn.tune import CapstoneSettings, capstone_settings, ours_settings
 from ..measure.claims import CLAIMS, Verdict, judge
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
-from .time_to_score import Curve, curve_records, run_ours
+from .time_to_score import CHOICE, CHOSEN_FIELDS, Curve, chosen_on_file, curve_records, run_ours
 
 FEW_GAMES = 8
 """The games of the ablation's arm with notebook 03 switched off: a handful stepped together, as a
@@ -196,11 +196,8 @@ def capstone_verdicts(ours: Curve, naive: Curve) -> list[Verdict]:
 
 # ---------------------------------------------------------------------------- the bench suite
 
-CHOICE = "capstone choice"
-"""The record name of the choice's measurements and of the settings chosen."""
 ABLATION = "capstone ablation"
 """The record name of the ablation's runs."""
-CHOSEN_FIELDS = ("num_envs", "precision", "compile", "cuda_graphs")
 
 
 def choice_records(chosen: CapstoneSettings, machine: str, budget_s: float) -> list[Record]:
@@ -219,23 +216,6 @@ def choice_records(chosen: CapstoneSettings, machine: str, budget_s: float) -> l
     settings = {key: chosen.settings[key] for key in CHOSEN_FIELDS}
     records.append(Record(CHOICE, "chosen settings", "for a budget of", budget_s, "s", settings, None, machine))
     return records
-
-
-def chosen_on_file(device: str | torch.device | None = None, records=None) -> dict | None:
-    """The capstone settings last chosen on this machine (``capstone`` suite records), or None.
-
-    ``records``: where to look (default: ``data/reference/``).
-    """
-    from ..measure.records import load_reference
-
-    device = get_device(device, param="device")
-    machine = machine_of(device)
-    records = load_reference() if records is None else check_records(records)
-    chosen = [r for r in records if (r.name, r.variant, r.machine) == (CHOICE, "chosen settings", machine)]
-    if not chosen:
-        return None
-    latest = max(chosen, key=lambda r: r.date)
-    return {**ours_settings(device), **{key: latest.params[key] for key in CHOSEN_FIELDS}}
 
 
 def measure_capstone(device: str | torch.device | None = None, progress: bool = True, *,
