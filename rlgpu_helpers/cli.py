@@ -1,7 +1,8 @@
-"""The command line: ``python -m rlgpu_helpers bench | train | play``.
+"""The one command line: ``python -m rlgpu_helpers bench | train | play | rank``.
 
 Introduced in notebook 00 (``bench``); ``train`` and ``play`` come with notebook 11, ``train --nproc N``
-(data-parallel, started by torchrun) with notebook 10.
+(data-parallel, started by torchrun) with notebook 10: torchrun starts ``rank train`` on each
+process, ``rank proof`` and ``rank measure`` for the notebook's proof and timings.
 
 ``bench`` runs a benchmark suite, prints its table and can store the records: ``--json`` in any
 file, ``--save`` in this machine's reference file under ``data/reference/``, which the notebooks
@@ -23,36 +24,41 @@ import dataclasses
 import datetime
 import json
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
+import torch
+import torch.distributed as dist
+
 from .bench.suites import SUITES
-from .core.checks import SEED_LIMIT, check_seed
+from .core.args import UsageError, device_argument, positive, seed_argument, setting, typed_settings
+from .core.checks import SEED_LIMIT
 from .core.config import is_quick
 from .core.device import describe_device, device_report, get_device, machine_label
-from .learn.tune import CAPSTONE_OBS
+from .gpu.distributed import (
+    BACKENDS,
+    DEFAULT_TIMEOUT_S,
+    check_backend,
+    check_data_parallel_settings,
+    check_same_settings,
+    default_backend,
+    parameters_agree,
+    process_group,
+    rank_device,
+    torchrun_command,
+    world_from_env,
+)
+from .learn.agents import load_agent, play_episode, save_agent
+from .learn.checkpoint import CheckpointError
+from .learn.ppo import PPOConfig
+from .learn.ppo_ddp import PROOF_SETTINGS, gradient_check, measure_iterations, train_distributed
+from .learn.training import ALGORITHMS, make_learner, train
+from .learn.tune import CAPSTONE_OBS, capstone_settings, suggested_settings
 from .measure.records import save_json, save_reference
 from .measure.table import records_table
 from .snake import rules
-
-
-class UsageError(Exception):
-    """Arguments that parse but do not make sense together: reported like an argparse error (exit 2)."""
-
-
-def _seed_argument(text: str) -> int:
-    try:
-        return check_seed("--seed", int(text))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error) if "seed" in str(error) else
-                                         f"expected an int seed, got {text!r}") from None
-
-
-def _device_argument(text: str):
-    try:
-        return get_device(text)
-    except (ValueError, RuntimeError) as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+from .snake.render import save_animation
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -84,7 +90,7 @@ def add_bench(subparsers) -> None:
                                    description="Run a benchmark suite on this machine and print a table.")
     parser.add_argument("suite", nargs="?", default="ceilings", choices=sorted(SUITES),
                         help="which benchmarks to run (default: %(default)s)")
-    parser.add_argument("--device", type=_device_argument, default=None,
+    parser.add_argument("--device", type=device_argument, default=None,
                         help="cpu, cuda, cuda:N or mps (default: the best available)")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the records to this JSON file")
     parser.add_argument("--save", action="store_true",
@@ -97,35 +103,6 @@ def _command(args) -> str:
     return "RLGPU_QUICK=1 " + command if is_quick() else command
 
 
-def _setting(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"--set takes NAME=VALUE, got {text!r}")
-    return name.strip(), value.strip()
-
-
-def _typed_settings(algorithm: str, pairs) -> dict:
-    """Turn ``--set name=value`` pairs into the config's field types."""
-    from .learn.training import ALGORITHMS
-
-    fields = {f.name: f for f in dataclasses.fields(ALGORITHMS[algorithm][0])}
-    settings = {}
-    for name, text in pairs:
-        if name not in fields:
-            raise UsageError(f"--set {name}: {algorithm} has no setting {name!r}; it has {sorted(fields)}")
-        kind = type(fields[name].default) if fields[name].default is not None else float  # None: an optional float
-        try:
-            if kind is bool:
-                if text.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(text)
-                settings[name] = text.lower() in ("true", "1")
-            else:
-                settings[name] = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
-        except ValueError:
-            raise UsageError(f"--set {name}={text!r}: expected a {kind.__name__}") from None
-    return settings
-
-
 # The learner's settings: a new run takes them from the command line (these defaults), a resumed
 # run from its checkpoint, so --resume refuses them.
 _LEARNER_OPTIONS = {"algo": "ppo", "obs": "features", "size": 10, "envs": None, "seed": 0, "set": []}
@@ -133,9 +110,6 @@ _LEARNER_OPTIONS = {"algo": "ppo", "obs": "features", "size": 10, "envs": None, 
 
 def run_train(args: argparse.Namespace) -> int:
     """Train, print a summary, and write the learning curve where asked."""
-    from .learn.checkpoint import CheckpointError
-    from .learn.training import make_learner, train
-
     if args.choose:
         if args.resume or args.nproc > 1 or args.algo == "dqn":
             raise UsageError("--choose chooses a new PPO run's settings in one process: leave out "
@@ -163,18 +137,14 @@ def run_train(args: argparse.Namespace) -> int:
     device = args.device if args.device is not None else get_device()
     learner = None
     if not args.resume:
-        from .learn.tune import suggested_settings
-
         settings = suggested_settings(device) if args.algo == "ppo" else {}
         settings.update(obs_type=args.obs, height=args.size, width=args.size)
         if args.choose:
-            from .learn.tune import capstone_settings
-
             settings = dict(capstone_settings(device, budget_s=args.seconds, start=settings).settings)
         settings.update(seed=args.seed, device=str(device))
         if args.envs is not None:
             settings["num_envs"] = args.envs
-        settings.update(_typed_settings(args.algo, args.set))
+        settings.update(typed_settings(ALGORITHMS[args.algo][0], args.set, args.algo))
         try:
             learner = make_learner(args.algo, **settings)
         except (TypeError, ValueError) as error:
@@ -192,8 +162,6 @@ def run_train(args: argparse.Namespace) -> int:
           f"mean score of the last 100: {score}")
     print(f"Checkpoint: {result.checkpoint}")
     if args.agent is not None:
-        from .learn.agents import save_agent
-
         save_agent(args.agent, result.learner, extra={
             "command": _command(args), "machine": device_report(device), "seconds": result.seconds,
             "env_steps": result.env_steps, "mean_score": result.mean_score,
@@ -228,14 +196,10 @@ def _without_nproc(argv: list[str]) -> list[str]:
 
 def _run_data_parallel(args: argparse.Namespace) -> int:
     """``train --nproc N``: the same training, data-parallel on N processes started by torchrun (notebook 10)."""
-    import subprocess
-
-    from .gpu.distributed import check_data_parallel_settings, torchrun_command
-
     if args.algo not in (None, "ppo"):
         raise UsageError(f"--nproc {args.nproc}: data-parallel training is PPO only, not --algo {args.algo}")
     try:
-        check_data_parallel_settings(_typed_settings("ppo", args.set or []).get("cuda_graphs", False))
+        check_data_parallel_settings(typed_settings(PPOConfig, args.set or [], "ppo").get("cuda_graphs", False))
     except ValueError as error:
         raise UsageError(f"--nproc {args.nproc}: {error}") from None
     if args.agent is not None:
@@ -243,18 +207,6 @@ def _run_data_parallel(args: argparse.Namespace) -> int:
     command = torchrun_command(args.nproc, _without_nproc(args.argv) + ["--no-progress"] * (not sys.stderr.isatty()))
     print(f"Starting {args.nproc} processes: {shlex.join(command)}", flush=True)
     return subprocess.call(command)
-
-
-def _positive(kind):
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
-        return value
-    return parse
 
 
 def add_train(subparsers) -> None:
@@ -267,21 +219,21 @@ def add_train(subparsers) -> None:
     parser.add_argument("--obs", choices=list(rules.OBS_TYPES), default=None,
                         help="observation type (default: features, or features_reach with --choose; features_reach "
                              "learns fastest, notebook 11)")
-    parser.add_argument("--size", type=_positive(int), default=None, help="grid height and width (default: 10)")
-    parser.add_argument("--envs", type=_positive(int), default=None, help="games stepped together")
-    parser.add_argument("--device", type=_device_argument, default=None,
+    parser.add_argument("--size", type=positive(int), default=None, help="grid height and width (default: 10)")
+    parser.add_argument("--envs", type=positive(int), default=None, help="games stepped together")
+    parser.add_argument("--device", type=device_argument, default=None,
                         help="cpu, cuda, cuda:N or mps (default: the best available)")
-    parser.add_argument("--seconds", type=_positive(float), default=None, help="training time budget")
-    parser.add_argument("--steps", type=_positive(int), default=None, help="env step budget")
-    parser.add_argument("--seed", type=_seed_argument, default=None,
+    parser.add_argument("--seconds", type=positive(float), default=None, help="training time budget")
+    parser.add_argument("--steps", type=positive(int), default=None, help="env step budget")
+    parser.add_argument("--seed", type=seed_argument, default=None,
                         help="seed of the learner and the games, in [0, 2**64) (default: 0)")
-    parser.add_argument("--set", type=_setting, action="append", default=None, metavar="NAME=VALUE",
+    parser.add_argument("--set", type=setting, action="append", default=None, metavar="NAME=VALUE",
                         help="any other setting of the learner's config, e.g. --set learning_rate=3e-4")
     parser.add_argument("--out", default=None, help="run folder for checkpoints (default: runs/ALGO-OBS-TIME)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its checkpoint, with its saved settings "
                              "(--device may move it)")
-    parser.add_argument("--checkpoint-every", type=_positive(float), default=120.0, metavar="SECONDS",
+    parser.add_argument("--checkpoint-every", type=positive(float), default=120.0, metavar="SECONDS",
                         help="seconds between checkpoints (default: %(default)s)")
     parser.add_argument("--agent", default=None, metavar="PATH", help="also save the trained agent (network only)")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the learning curve and summary")
@@ -289,7 +241,7 @@ def add_train(subparsers) -> None:
                         help="PPO: first measure and choose the number of games, the precision and compile / "
                              "CUDA graphs for this device and --seconds (notebook 11; a minute or two), and the "
                              "features_reach observation unless --obs says otherwise")
-    parser.add_argument("--nproc", type=_positive(int), default=1,
+    parser.add_argument("--nproc", type=positive(int), default=1,
                         help="data-parallel PPO on this many processes, started by torchrun: gloo on CPUs, "
                              "one GPU each with NCCL (notebook 10; default: %(default)s, no torchrun)")
     parser.set_defaults(run=run_train)
@@ -297,10 +249,6 @@ def add_train(subparsers) -> None:
 
 def run_play(args: argparse.Namespace) -> int:
     """Play games with a trained agent and save them as an animation."""
-    from .learn.agents import load_agent, play_episode
-    from .learn.checkpoint import CheckpointError
-    from .snake.render import save_animation
-
     try:
         agent = load_agent(args.agent, device=args.device if args.device is not None else "cpu")
     except CheckpointError as error:
@@ -324,16 +272,127 @@ def add_play(subparsers) -> None:
     parser = subparsers.add_parser("play", help="watch a trained agent play",
                                    description="Play games with a trained agent (greedy policy) and save a GIF.")
     parser.add_argument("agent", help="an agent file (train --agent) or a run folder / checkpoint.pt")
-    parser.add_argument("--games", type=_positive(int), default=1, help="games to play (default: 1)")
-    parser.add_argument("--seed", type=_seed_argument, default=0,
+    parser.add_argument("--games", type=positive(int), default=1, help="games to play (default: 1)")
+    parser.add_argument("--seed", type=seed_argument, default=0,
                         help="seed of the first game's food placement (game k uses seed + k)")
     parser.add_argument("--gif", default=None, metavar="PATH", help="save the games as an animated GIF")
-    parser.add_argument("--fps", type=_positive(int), default=10, help="frames per second of the GIF")
-    parser.add_argument("--device", type=_device_argument, default=None, help="device to run the network on")
+    parser.add_argument("--fps", type=positive(int), default=10, help="frames per second of the GIF")
+    parser.add_argument("--device", type=device_argument, default=None, help="device to run the network on")
     parser.set_defaults(run=run_play)
 
 
-SUBCOMMANDS = [add_bench, add_train, add_play]
+def _rank_train(args, world, device: torch.device) -> dict:
+    """``rank train``: this rank's part of a data-parallel PPO run; rank 0 reports and checkpoints."""
+    if args.resume:
+        given = [f"--{name}" for name in ("obs", "size", "envs", "seed", "set") if getattr(args, name) not in (None, [])]
+        if given:
+            raise UsageError(f"--resume continues the run in --out with its own settings; leave out {', '.join(given)}")
+        config = None
+    else:
+        settings = {**suggested_settings(device), "obs_type": args.obs or "features", "seed": args.seed or 0,
+                    "device": str(device), "height": args.size or 10, "width": args.size or 10}
+        if args.envs is not None:
+            settings["num_envs"] = args.envs
+        settings.update(typed_settings(PPOConfig, args.set or [], "ppo"))
+        config = PPOConfig(**settings)
+    check_same_settings({key: value for key, value in vars(args).items() if key not in ("run", "rank_run", "json")})
+    result = train_distributed(config, seconds=args.seconds, steps=args.steps, out_dir=args.out, resume=args.resume,
+                               device=device, checkpoint_every_s=args.checkpoint_every, progress=args.progress)
+    agree = parameters_agree(result.learner.model)
+    if world.rank == 0:
+        score = "no game finished" if result.mean_score is None else f"{result.mean_score:.2f}"
+        print(f"ppo on {world.world_size} processes ({dist.get_backend()}): {result.env_steps:,} env steps in "
+              f"{result.seconds:,.1f} s ({result.steps_per_second:,.0f} steps/s), mean score of rank 0's last "
+              f"100 games: {score}; parameters identical on every rank: {agree}", flush=True)
+        if result.checkpoint is not None:
+            print(f"Checkpoint: {result.checkpoint}", flush=True)
+    return {"world_size": world.world_size, "backend": dist.get_backend(), "config": result.config,
+            "seconds": result.seconds, "env_steps": result.env_steps, "episodes": result.episodes,
+            "mean_score": result.mean_score, "iterations": result.learner.iterations,
+            "parameters_agree": agree, "curve": result.curve}
+
+
+def _rank_proof(args, world, device: torch.device) -> dict | None:
+    """``rank proof``: DDP's gradient against one process's on the concatenated batch (float64, gloo)."""
+    if device.type != "cpu":
+        raise UsageError("the proof runs in float64 on CPUs (gloo): give --device cpu")
+    config = {key: getattr(args, key) for key in PROOF_SETTINGS if getattr(args, key) is not None}
+    check_same_settings({"accumulation_steps": args.accumulation_steps, **config})
+    return gradient_check(args.accumulation_steps, **config)
+
+
+def _rank_measure(args, world, device: torch.device) -> dict | None:
+    """``rank measure``: time PPO's iteration, rollout and update on every rank."""
+    config = PPOConfig(num_envs=args.num_envs, num_steps=args.num_steps, hidden=args.hidden, device=str(device),
+                       seed=args.seed)
+    check_same_settings(dataclasses.asdict(config) | {"repeats": args.repeats})
+    return measure_iterations(config, repeats=args.repeats)
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    """One rank of a data-parallel run: read torchrun's world, join the group, run, leave the group."""
+    try:
+        world = world_from_env()
+        device = rank_device(args.device if args.device is not None else get_device(), world)
+        backend = check_backend(args.backend or default_backend(device), device)
+    except (RuntimeError, ValueError) as error:
+        raise UsageError(str(error)) from None
+    if args.rank_command == "train" and args.seconds is None and args.steps is None:
+        args.seconds = 300.0
+    with process_group(world, backend, device, args.timeout):
+        result = args.rank_run(args, world, device)
+        if world.rank == 0 and args.json is not None:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def add_rank(subparsers) -> None:
+    """The ``rank`` subcommand: what ``torchrun`` starts on each process (``train --nproc N`` builds it)."""
+    parser = subparsers.add_parser(
+        "rank", help="one process of a data-parallel run, as torchrun starts it (notebook 10)",
+        description="One rank of data-parallel PPO: reads torchrun's RANK, WORLD_SIZE, LOCAL_RANK, "
+                    "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, joins the process group and runs.")
+    ranks = parser.add_subparsers(dest="rank_command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--device", default=None, help="cpu or cuda (default: cuda if there is one, else cpu)")
+    common.add_argument("--backend", choices=BACKENDS, default=None, help="default: nccl on cuda, gloo on cpu")
+    common.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help="how long a collective waits for the other ranks (default: %(default)s)")
+    common.add_argument("--json", default=None, metavar="PATH", help="rank 0 writes its result here")
+
+    train = ranks.add_parser("train", parents=[common], help="train PPO, data-parallel")
+    train.add_argument("--algo", choices=["ppo"], default=None, help="data-parallel training is PPO only")
+    train.add_argument("--obs", choices=list(rules.OBS_TYPES), default=None)
+    train.add_argument("--size", type=positive(int), default=None)
+    train.add_argument("--envs", type=positive(int), default=None, help="games stepped together on each rank")
+    train.add_argument("--seed", type=seed_argument, default=None, help="rank r's games use seed + r")
+    train.add_argument("--set", type=setting, action="append", default=None, metavar="NAME=VALUE")
+    train.add_argument("--seconds", type=positive(float), default=None)
+    train.add_argument("--steps", type=positive(int), default=None, help="env step budget, all ranks together")
+    train.add_argument("--out", default=None)
+    train.add_argument("--resume", action="store_true")
+    train.add_argument("--checkpoint-every", type=positive(float), default=120.0, metavar="SECONDS")
+    train.add_argument("--no-progress", dest="progress", action="store_false")
+    train.set_defaults(rank_run=_rank_train)
+
+    proof = ranks.add_parser("proof", parents=[common], help="DDP's gradient against one process's (float64)")
+    proof.add_argument("--accumulation-steps", type=positive(int), default=4)
+    for key in PROOF_SETTINGS:
+        proof.add_argument(f"--{key.replace('_', '-')}", type=int, default=None)
+    proof.set_defaults(rank_run=_rank_proof)
+
+    measure = ranks.add_parser("measure", parents=[common], help="time PPO's iteration, rollout and update")
+    measure.add_argument("--num-envs", type=positive(int), default=512)
+    measure.add_argument("--num-steps", type=positive(int), default=64)
+    measure.add_argument("--hidden", type=positive(int), default=64)
+    measure.add_argument("--repeats", type=positive(int), default=5)
+    measure.add_argument("--seed", type=seed_argument, default=0)
+    measure.set_defaults(rank_run=_rank_measure)
+    parser.set_defaults(run=run_rank)
+
+
+SUBCOMMANDS = [add_bench, add_train, add_play, add_rank]
 
 
 def build_parser() -> argparse.ArgumentParser:

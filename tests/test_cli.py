@@ -91,7 +91,7 @@ def a_gpu_machine(monkeypatch):
 
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(cli, "get_device", lambda name=None: cuda if name in (None, "cuda") else torch.device(name))
-    monkeypatch.setattr(cli, "_device_argument", lambda text: cuda if text.startswith("cuda") else torch.device(text))
+    monkeypatch.setattr(cli, "device_argument", lambda text: cuda if text.startswith("cuda") else torch.device(text))
     monkeypatch.setattr(cli, "describe_device", lambda device: f"Using {device}")
     monkeypatch.setattr(cli, "device_report", lambda device: device_report("cpu"))
 

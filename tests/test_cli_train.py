@@ -82,16 +82,17 @@ def test_resume_of_a_folder_without_checkpoint_is_a_clean_error(tmp_path):
 
 
 def test_choose_measures_the_settings_first_and_the_command_line_still_wins(tmp_path, capsys, monkeypatch):
-    from rlgpu_helpers.bench import capstone
+    from rlgpu_helpers import cli
+    from rlgpu_helpers.learn.tune import CapstoneSettings
 
     seen = {}
 
     def fake_choice(device, *, budget_s, start):
         seen.update(budget_s=budget_s, start=dict(start))
         chosen = {**start, "num_envs": 16, "num_steps": 4, "hidden": 8}
-        return capstone.CapstoneSettings("cpu", start, chosen, ())
+        return CapstoneSettings("cpu", start, chosen, ())
 
-    monkeypatch.setattr(capstone, "capstone_settings", fake_choice)
+    monkeypatch.setattr(cli, "capstone_settings", fake_choice)
     out = tmp_path / "run"
     assert main(["train", "--choose", "--seconds", "1", "--size", "6", "--set", "hidden=4", "--device", "cpu",
                  "--out", str(out)]) == 0

@@ -14,13 +14,11 @@ import torch.distributed as dist
 from rlgpu_helpers.cli import main as cli_main
 from rlgpu_helpers.gpu.accumulate import accumulate_gradients, sync_last_micro_batch_only
 from rlgpu_helpers.gpu.distributed import (
-    MODULE,
-    DistributedPPO,
+    COMMAND,
     World,
     check_backend,
     check_data_parallel_settings,
     count_allreduces,
-    ddp_proof,
     launch,
     rank_device,
     run_json,
@@ -30,6 +28,7 @@ from rlgpu_helpers.gpu.distributed import (
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.learn.checkpoint import load_checkpoint
 from rlgpu_helpers.learn.ppo import PPOConfig
+from rlgpu_helpers.learn.ppo_ddp import DistributedPPO, ddp_proof
 from rlgpu_helpers.learn.training import train
 
 TINY = ["--device", "cpu", "--envs", "8", "--set", "num_steps=16", "--no-progress"]
@@ -107,14 +106,14 @@ def test_cli_train_nproc_2_runs_torchrun_and_nproc_0_is_refused(tmp_path, capsys
 
 def test_a_missing_rank_fails_after_the_timeout_instead_of_hanging():
     env = rank_env(0, 2, free_port())  # rank 1 never comes
-    done = subprocess.run([sys.executable, "-m", MODULE, "proof", "--timeout", "3"], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, *COMMAND, "proof", "--timeout", "3"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode != 0 and "did not meet at 127.0.0.1" in done.stderr
 
 
 def test_ranks_started_with_different_settings_fail_on_every_rank():
     port = free_port()
-    processes = [subprocess.Popen([sys.executable, "-m", MODULE, "measure", "--device", "cpu", "--timeout", "20",
+    processes = [subprocess.Popen([sys.executable, *COMMAND, "measure", "--device", "cpu", "--timeout", "20",
                                    "--num-envs", str(envs), "--num-steps", "4", "--repeats", "1"],
                                   env=rank_env(rank, 2, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True) for rank, envs in ((0, 8), (1, 16))]
@@ -126,9 +125,19 @@ def test_ranks_started_with_different_settings_fail_on_every_rank():
 
 def test_running_without_torchrun_says_how_to_start_it():
     env = {key: value for key, value in os.environ.items() if key not in WORLD}
-    done = subprocess.run([sys.executable, "-m", MODULE, "train"], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, *COMMAND, "train"], env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "RANK, WORLD_SIZE" in done.stderr and "torch.distributed.run" in done.stderr
+
+
+def test_the_one_command_line_is_what_torchrun_starts():
+    from rlgpu_helpers.cli import build_parser
+
+    assert COMMAND == ("-m", "rlgpu_helpers", "rank")
+    args = build_parser().parse_args(["rank", "train", "--steps", "10", "--set", "hidden=8", "--no-progress"])
+    assert args.rank_command == "train" and args.steps == 10 and args.set == [("hidden", "8")] and not args.progress
+    args = build_parser().parse_args(["rank", "proof", "--accumulation-steps", "2", "--num-envs", "4"])
+    assert args.rank_command == "proof" and args.accumulation_steps == 2 and args.num_envs == 4
 
 
 def test_world_settings_are_checked_by_name():
@@ -159,7 +168,7 @@ def test_backend_and_device_are_checked():
 def test_torchrun_commands():
     single = torchrun_command(2, ["train", "--steps", 10])
     assert single[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--standalone" in single
-    assert single[single.index("-m", 3):] == ["-m", MODULE, "train", "--steps", "10"]
+    assert single[single.index("-m", 3):] == [*COMMAND, "train", "--steps", "10"]
     nodes = torchrun_command(8, ["train"], nnodes=2, rdzv_endpoint="node0:29400")
     assert "--standalone" not in nodes
     assert nodes[3:11] == ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29400",

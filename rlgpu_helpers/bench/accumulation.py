@@ -51,7 +51,7 @@ from ..gpu.accumulate import (
 )
 from ..gpu.memory import peak_memory
 from ..learn.nets import QNetwork
-from ..learn.ppo import PPO, PPOConfig
+from ..learn.ppo import ppo_with_rollout
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
@@ -217,16 +217,6 @@ def forgotten_division_table(rows: Sequence[ForgottenDivision]) -> Table:
 
 
 # ---------------------------------------------------------------------------- PPO
-
-def ppo_with_rollout(dtype: torch.dtype = torch.float64, **config) -> PPO:
-    """A PPO learner (``PPOConfig(**config)``) that has collected one rollout, its model and the
-    rollout's float tensors then converted to ``dtype`` for comparing updates."""
-    learner = PPO(PPOConfig(**config))
-    learner._collect()
-    learner.model.to(dtype)
-    for name in ("obs", "logprobs", "rewards", "values", "advantages", "returns"):
-        setattr(learner, name, getattr(learner, name).to(dtype))
-    return learner
 
 
 PPO_DEMO = {"num_envs": 64, "num_steps": 32, "num_minibatches": 4, "hidden": 64, "seed": 0}

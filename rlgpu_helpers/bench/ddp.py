@@ -1,8 +1,8 @@
 """The ``ddp`` bench suite: PPO's env steps/s and time per update by number of processes (introduced in notebook 10).
 
 ``python -m rlgpu_helpers bench ddp`` runs :func:`measure_ddp`. Each point is a real ``torchrun``
-of W ranks of :class:`~rlgpu_helpers.gpu.distributed.DistributedPPO` (``gpu.distributed``'s
-``measure`` subcommand), every rank with the same number of games (weak scaling, as CleanRL's
+of W ranks of :class:`~rlgpu_helpers.learn.ppo_ddp.DistributedPPO` (the ``rank measure``
+subcommand), every rank with the same number of games (weak scaling, as CleanRL's
 multi-GPU PPO: W ranks collect W times the transitions per iteration). Rank 0 times an iteration,
 a rollout and an update (median of repeats, IQR as the spread); the all-reduces are in the update.
 
@@ -105,7 +105,7 @@ def scaling_table(records: Sequence[Record]) -> Table:
 
 
 def proof_table(result: dict) -> Table:
-    """:func:`~rlgpu_helpers.gpu.distributed.ddp_proof`'s result: one row per way of computing the gradient."""
+    """:func:`~rlgpu_helpers.learn.ppo_ddp.ddp_proof`'s result: one row per way of computing the gradient."""
     rows = [[way["way"], f"{way['relative_difference']:.2e}", f"{way['max_difference_between_ranks']:.1e}",
              str(way["allreduces"])] for way in result["ways"]]
     columns = [f"gradient on {result['world_size']} ranks x {result['minibatch_per_rank']} transitions",

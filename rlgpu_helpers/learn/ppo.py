@@ -407,3 +407,14 @@ class PPO:
         self.next_obs = state["next_obs"].to(self.device)
         self.env_steps = int(state["env_steps"])
         self.iterations = int(state["iterations"])
+
+
+def ppo_with_rollout(dtype: torch.dtype = torch.float64, **config) -> PPO:
+    """A PPO learner (``PPOConfig(**config)``) that has collected one rollout, its model and the
+    rollout's float tensors then converted to ``dtype`` for comparing updates."""
+    learner = PPO(PPOConfig(**config))
+    learner._collect()
+    learner.model.to(dtype)
+    for name in ("obs", "logprobs", "rewards", "values", "advantages", "returns"):
+        setattr(learner, name, getattr(learner, name).to(dtype))
+    return learner
