@@ -7,7 +7,7 @@ from test_ppo import random_policy_mean_score
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.training import make_learner, train
-from rlgpu_helpers.replay.base import KINDS
+from rlgpu_helpers.replay import KINDS
 
 
 @pytest.mark.parametrize(

@@ -43,13 +43,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from fakecuda import ROOT, FakeCuda, build_guard, guard_unavailable, load_guard
 
 import rlgpu_helpers
-from fakecuda import ROOT, FakeCuda, build_guard, guard_unavailable, load_guard
 from rlgpu_helpers.gpu.graphs import CapturedStep
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
-from rlgpu_helpers.replay.base import KINDS
+from rlgpu_helpers.replay import KINDS
 from rlgpu_helpers.snake.rules import OBS_TYPES
 from rlgpu_helpers.snake.vec import VecSnake
 

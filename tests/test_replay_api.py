@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from rlgpu_helpers.gpu.sync import audit_syncs
-from rlgpu_helpers.replay.base import FIELDS, KINDS, make_buffer
+from rlgpu_helpers.replay import KINDS, make_buffer
+from rlgpu_helpers.replay.base import FIELDS
 
 UNIFORM = [kind for kind in KINDS if kind != "prioritized"]
 

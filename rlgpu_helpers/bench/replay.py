@@ -43,7 +43,7 @@ from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
-from ..replay.base import KINDS, make_buffer
+from ..replay import KINDS, make_buffer
 from ..snake import rules
 
 NAME = "replay_sample"

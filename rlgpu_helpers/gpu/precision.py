@@ -28,16 +28,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
 
 import torch
 from torch import nn
 
-from ..measure.timing import time_callable
-from ..core.checks import check_choice, check_int, check_ints, check_number, check_seed
+from ..core.checks import check_choice, check_number
 from ..core.device import get_device, native_half_dtypes
-from ..learn.nets import ActorCritic
-from ..snake import rules
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 """The precisions a step can run in: plain float32, float32 with TF32 matmuls, and two autocasts."""

@@ -36,7 +36,7 @@ from torch import nn
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
 from ..gpu.graphs import graph_safe_adam, load_optimizer_state, with_launch_settings
-from ..replay.base import KINDS, make_buffer
+from ..replay import KINDS, make_buffer
 from ..replay.prioritized import PrioritizedReplayBuffer
 from ..snake import rules
 from ..snake.vec import VecSnake

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.checks import check_choice, check_int, check_ints
+from ..core.checks import check_int, check_ints
 from ..core.device import get_device
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
@@ -47,39 +47,6 @@ DTYPES = {"obs": torch.float32, "actions": torch.int64, "rewards": torch.float32
 """How each field is stored and delivered. ``terminated`` is stored rather than "done": a game
 cut off by the step limit (truncated) still bootstraps from ``next_obs``, its real last
 observation."""
-
-KINDS = {
-    "tensor": "TensorReplayBuffer on the learner's device (GPU-resident on a GPU)",
-    "host": "TensorReplayBuffer in pageable host memory, each batch copied to the learner's device",
-    "pinned": "PinnedReplayBuffer: pinned host memory, the next batch prefetched on a side stream",
-    "memmap": "MemmapReplayBuffer: memory-mapped files (a temporary folder unless path= is given)",
-    "prioritized": "PrioritizedReplayBuffer: proportional prioritization on the learner's device",
-    "deque": "DequeReplay: the tutorial's deque of tuples (the baseline)",
-    "arrays": "ArrayReplay: preallocated NumPy arrays",
-}
-"""Buffer names for :func:`make_buffer`, and what each one is."""
-
-
-def make_buffer(kind: str, capacity: int, obs_shape, device: str | torch.device = "cpu",
-                **options) -> ReplayBuffer:
-    """A new buffer of ``kind`` (one of :data:`KINDS`) delivering samples to ``device``.
-
-    ``options`` go to the buffer's constructor: ``alpha`` and ``beta`` for ``"prioritized"``,
-    ``path`` for ``"memmap"``.
-    """
-    # Imported here: every buffer module builds on this one.
-    from .memmap import MemmapReplayBuffer
-    from .naive import ArrayReplay, DequeReplay
-    from .pinned import PinnedReplayBuffer
-    from .prioritized import PrioritizedReplayBuffer
-    from .tensor import TensorReplayBuffer
-
-    check_choice("kind", kind, tuple(KINDS))
-    if kind == "host":
-        return TensorReplayBuffer(capacity, obs_shape, device, storage_device="cpu", **options)
-    builders = {"tensor": TensorReplayBuffer, "pinned": PinnedReplayBuffer, "memmap": MemmapReplayBuffer,
-                "prioritized": PrioritizedReplayBuffer, "deque": DequeReplay, "arrays": ArrayReplay}
-    return builders[kind](capacity, obs_shape, device, **options)
 
 
 def ring_slices(pos: int, count: int, capacity: int) -> list[tuple[slice, slice]]:
