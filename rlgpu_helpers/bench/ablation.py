@@ -29,10 +29,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from tqdm.auto import tqdm
 
 from ..core.checks import check_choices, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of
+from ..learn.ppo import PPOConfig
 from ..learn.tune import CapstoneSettings, capstone_settings, ours_settings
 from ..measure.claims import CLAIMS, Verdict, judge
 from ..measure.records import Record, check_records
@@ -63,8 +65,6 @@ class Arm:
 
 def ablation_arms(chosen: CapstoneSettings, device: str | torch.device | None = None) -> list[Arm]:
     """The chosen settings, then each lesson of notebooks 03-11 switched off, in course order."""
-    from ..learn.ppo import PPOConfig
-
     device = get_device(device, param="device")
     best = chosen.settings
     on_gpu = device.type == "cuda"
@@ -113,8 +113,6 @@ def run_arms(arms: list[Arm], budget_s: float, *, device: str | torch.device | N
 
     ``done``: curves already trained, by lesson (the chosen settings' run, say), not run again.
     """
-    from tqdm.auto import tqdm
-
     device = get_device(device, param="device")
     budget_s = check_number("budget_s", budget_s, above=0)
     curves = dict(done or {})

@@ -109,7 +109,6 @@ def default_budget_bytes() -> int:
     return pick(full=256, quick=16) * MIB
 
 
-
 def _rate(step: UpdateStep, batch: int, device: torch.device) -> tuple[float, float]:
     """Samples/s of ``step(batch)`` and its spread (IQR), runs of about 0.2 s each."""
     probe = time_callable(lambda: step(batch), warmup=1, repeats=1, device=device).median

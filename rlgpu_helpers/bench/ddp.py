@@ -149,4 +149,3 @@ def gpu_processes_measured(records: Sequence[Record]) -> int:
     """The most GPU processes any ``ddp`` record was measured with (0: none)."""
     return max([r.params["processes"] for r in records if r.name == NAME and r.params["device"] == "cuda"],
                default=0)
-

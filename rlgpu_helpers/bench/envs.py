@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import mmap
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -151,7 +152,6 @@ def _run_seconds() -> float:
 
 def _repeats() -> int:
     return pick(full=9, quick=3)
-
 
 
 # ---------------------------------------------------------------------------- env builders
@@ -624,7 +624,6 @@ def _minor_page_faults() -> int | None:
 
 
 def _page_size() -> int:
-    import mmap
     return mmap.PAGESIZE
 
 
@@ -696,7 +695,4 @@ def step_memory_table(memory: Sequence[StepMemory], throughput: Sequence[Record]
 # ---------------------------------------------------------------------------- time per step (notebook 04)
 
 
-
-
 # ---------------------------------------------------------------------------- the cost of each sync point
-

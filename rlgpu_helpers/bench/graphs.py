@@ -59,7 +59,6 @@ NUM_STEPS = 16
 HIDDEN = 64
 
 
-
 def default_sizes(device: str | torch.device | None = None) -> tuple[int, ...]:
     """Elements of :func:`op_time_by_size`: 1 to 2**24 on a GPU, to 2**20 on a CPU (three sizes in quick mode)."""
     top = 24 if get_device(device, param="device").type == "cuda" else 20

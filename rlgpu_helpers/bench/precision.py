@@ -70,7 +70,6 @@ def default_batch_size(device: str | torch.device | None = None) -> int:
     return 4096 if get_device(device, param="device").type == "cuda" else pick(full=256, quick=128)
 
 
-
 def step_records(device: str | torch.device | None = None, *, hiddens=None, batch_size: int | None = None,
                  precisions=None, progress: bool = True, machine: str | None = None) -> list[Record]:
     """Step time (``"precision_step"``, ms) and memory (``"precision_memory"``, MiB) of a

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import statistics
 import time
 
+import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..core.checks import (
     check_choice,
@@ -28,11 +31,14 @@ from ..core.checks import (
     check_ints,
     check_number,
 )
+from ..core.config import pick
 from ..core.device import get_device, logical_cores, machine_of
-from ..learn.training import ScoreCurve
+from ..learn.naive_dqn import LoopSettings, NaiveDQN
+from ..learn.training import ScoreCurve, make_learner, train
 from ..learn.tune import capstone_settings, ours_settings
 from ..measure.records import Record, check_records, load_reference
 from ..measure.table import Table, format_number
+from ..snake.env import SnakeEnv
 
 SETUPS = {
     "ours": "PPO on VecSnake (this course)",
@@ -90,8 +96,6 @@ class Curve:
 
 def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool = False, **settings) -> Curve:
     """This course's PPO on ``VecSnake`` for ``seconds`` (settings: any ``PPOConfig`` field)."""
-    from ..learn.training import make_learner, train
-
     learner = make_learner("ppo", seed=seed, device=str(device), **settings)
     result = train(learner, seconds=seconds, progress=progress)
     config = learner.config
@@ -101,8 +105,6 @@ def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool 
 
 
 def _snake_env(height, width, obs_type):
-    from ..snake.env import SnakeEnv
-
     return SnakeEnv(height, width, obs_type=obs_type)
 
 
@@ -125,7 +127,6 @@ def sb3_vec_env_rates(num_envs: int, seconds: float = 1.0, height: int = 10, wid
     each in its own process. Which is faster depends on the game's cost and the machine's cores:
     a user would try both, so the comparison measures both and trains with the faster.
     """
-    import numpy as np
     from stable_baselines3.common import vec_env
 
     num_envs = check_int("num_envs", num_envs)
@@ -196,8 +197,6 @@ def run_sb3(seconds: float, seed: int = 0, num_envs: int | None = None, vec_env:
 def run_naive(seconds: float, seed: int = 0, segment_s: float = 1.0) -> Curve:
     """The naive DQN of notebook 01, run in segments of ``segment_s`` so its learning curve has a
     point every second, like the others' (a segment is timed by the loop itself)."""
-    from ..learn.naive_dqn import LoopSettings, NaiveDQN
-
     agent = NaiveDQN(LoopSettings(seed=seed))
     curve, spent, steps = ScoreCurve(), 0.0, 0
     while spent < seconds:
@@ -281,8 +280,6 @@ def compare_to_score(ours: Curve, other: Curve, score: float) -> str:
 def seed_summary(records: list[Record]) -> Table:
     """Per machine, setup and settings (every param but the seed), over the seeds on file: mean and
     standard deviation of each metric. Runs with other settings (budget, observation) are not mixed."""
-    import statistics
-
     groups = {}
     for r in records:
         if r.name == "training":
@@ -343,10 +340,6 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
     stable-baselines3 is skipped, with a printed note, where it is not installed.
     ``tools/gpu_sweep.py`` runs only ``setups=("ours",)`` on a GPU.
     """
-    from tqdm.auto import tqdm
-
-    from ..core.config import pick
-
     budget = check_number("budget_s", pick(full=300.0, quick=4.0) if budget_s is None else budget_s, above=0)
     seeds = check_ints("seeds", pick(full=(0, 1, 2), quick=(0,)) if seeds is None else seeds, minimum=0)
     setups = check_choices("setups", setups, tuple(SETUPS))

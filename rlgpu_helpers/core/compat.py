@@ -8,6 +8,8 @@ says so there (TF32: ``gpu.precision``).
 
 from __future__ import annotations
 
+from torch.profiler import profile as torch_profile
+
 
 def profile(**kwargs):
     """``torch.profiler.profile(**kwargs)``, without the warning torch 2.10 and 2.11 print at its first use.
@@ -17,6 +19,4 @@ def profile(**kwargs):
     warn, torch 2.13 only when a profiler starts a second cycle. Every profile in this package
     records one cycle, where accumulating changes nothing. Unnecessary once the floor is past 2.11.
     """
-    from torch.profiler import profile as torch_profile
-
     return torch_profile(acc_events=True, **kwargs)

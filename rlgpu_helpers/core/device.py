@@ -258,4 +258,3 @@ def describe_device(device: str | torch.device | None = None) -> str:
     if best.type != "cpu":
         return f"Using the CPU ({_cpu_model()}) although {best} is available"
     return "No GPU: Runtime > Change runtime type > GPU in Colab; continuing on CPU"
-

@@ -259,4 +259,3 @@ def run_json(nproc: int, arguments, **kwargs) -> dict:
         path = Path(folder) / "result.json"
         launch(nproc, [*arguments, "--json", str(path)], **kwargs)
         return json.loads(path.read_text())
-

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from torch._dynamo.utils import counters
 
 from ..core.checks import check_bool, check_choice, check_int, check_number
 from ..core.device import get_device, synchronize
@@ -80,8 +81,6 @@ def cuda_graph_skips():
     Inductor logs each skip as a warning (on standard error: kept off it here) and counts it; on
     a CPU it only counts. The list holds each logged reason, or a count where only counting happened.
     """
-    from torch._dynamo.utils import counters
-
     reasons: list[str] = []
 
     def collect(record: logging.LogRecord) -> bool:  # a logger filter: keep the reason, drop the record

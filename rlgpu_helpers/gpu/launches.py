@@ -213,4 +213,3 @@ def traffic_bytes(fn: Callable[[], object], *, calls: int = 1) -> float:
         for _ in range(calls):
             fn()
     return traffic.bytes / calls
-

@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable
 
 import torch
+from torch.profiler import ProfilerActivity
 
 from ..core import compat
 from ..core.checks import check_int, check_number
@@ -93,7 +94,6 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device | None = No
         fn()
         synchronize(device)
         return max(0, torch.cuda.max_memory_allocated(device) - before)
-    from torch.profiler import ProfilerActivity
 
     with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()

@@ -25,7 +25,10 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, schedule
 
 from ..core import compat
 from ..core.checks import check_int, check_number
@@ -101,7 +104,6 @@ class UtilizationMonitor:
                 return self._without_nvml(f"NVML does not know {self.device} ({error})")
             return lambda: (float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
                             nvml.nvmlDeviceGetMemoryInfo(handle).used / MIB)
-        import psutil
 
         process, cores = psutil.Process(), logical_cores() or 1
         process.cpu_percent(None)  # the first call only starts the clock
@@ -197,7 +199,6 @@ def profile_ppo(learner, iterations: int = 3, trace_path: str | Path | None = No
     """
     iterations = check_int("iterations", iterations)
     wait, warmup = check_int("wait", wait, 0), check_int("warmup", warmup, 0)
-    from torch.profiler import ProfilerActivity, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if learner.device.type == "cuda" else [])
     targets = ((learner.env, "step", "env"), (learner, "_collect", "rollout"), (learner, "_update", "learn"))
@@ -227,8 +228,6 @@ def time_shares(prof) -> Table:
     - rollout - learn (on a GPU, mostly the host waiting for the device at the one read per
     iteration). On a GPU the ranges time the host, which queues work ahead of the device.
     """
-    from torch.autograd import DeviceType
-
     host = dict.fromkeys(LABELS, 0.0)  # µs; the host's ranges only (a GPU trace repeats them on the device)
     for event in prof.events():
         if event.name in host and event.device_type == DeviceType.CPU:

@@ -47,12 +47,13 @@ from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.profiler import ProfilerActivity
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..measure.table import Table
 from ..core import compat
 from ..core.checks import check_choice, check_int
 from ..core.device import get_device
+from ..measure.table import Table
 
 METHODS = ("cuda", "rules")
 _SYNC_WARNING = "called a synchronizing CUDA operation"
@@ -306,8 +307,6 @@ def _sort_warnings(caught, found: collections.Counter, operator: str) -> None:
 def _profile_runtime_syncs(run, device: torch.device) -> dict[str, int] | None:
     """Run ``run()`` under the profiler; synchronizing CUDA runtime calls by name, beyond an
     empty run's (the profiler's own). None where the profiler cannot trace CUDA here."""
-    from torch.profiler import ProfilerActivity
-
     def count(body) -> collections.Counter:
         with compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             body()

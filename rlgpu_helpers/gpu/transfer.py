@@ -42,6 +42,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, record_function
 from tqdm.auto import tqdm
 
 from ..core import compat
@@ -380,8 +382,6 @@ def intervals_from_events(events, loops: Sequence[str]) -> list[Interval]:
     ``torch.profiler.record_function`` of its name, and synchronized before the range ended.
     A GPU event's stream is its ``device_resource_id``.
     """
-    from torch.autograd import DeviceType
-
     ranges = {event.name: event.time_range for event in events
               if event.name in loops and event.device_type == DeviceType.CPU}
     intervals = []
@@ -407,8 +407,6 @@ def prefetch_timeline(device: str | torch.device | None = None, *, rows: int | N
     :func:`plot_timeline`; None without CUDA (nothing to overlap) or when the profiler saw no
     GPU work (it needs CUPTI), saying which.
     """
-    from torch.profiler import ProfilerActivity, record_function
-
     device = get_device(device, param="device")
     rows, width, batches = _prefetch_sizes(device, rows, width, batches)
     if trace_path is not None and not isinstance(trace_path, (str, Path)):

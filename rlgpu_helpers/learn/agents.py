@@ -105,4 +105,3 @@ def play_episode(agent: Agent, seed: int = 0, max_steps: int = 10_000):
             return states, score, won
         states.append(env.get_state(0))
     return states, states[-1].score, False
-

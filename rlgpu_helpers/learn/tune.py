@@ -26,7 +26,7 @@ from ..gpu.memory import try_to_fit
 from ..gpu.precision import PrecisionPolicy, choose_policy, device_traits
 from ..measure.table import format_number
 from ..measure.timing import time_callable
-from .ppo import PPOConfig
+from .ppo import PPO, PPOConfig
 from .train_step import TrainStep
 from .training import TrainingResult, make_learner, train
 
@@ -145,9 +145,6 @@ def fastest_settings(device: str | torch.device | None = None, *, iterations: in
     (default: every one the device can run). ``budget_s``: choose for a run this long
     (:func:`choose_settings`).
     """
-    from ..learn.ppo import PPO, PPOConfig
-    from ..measure.timing import time_callable
-
     device = get_device(device, param="device")
     iterations = check_int("iterations", iterations)
     if settings is None:

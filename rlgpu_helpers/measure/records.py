@@ -175,5 +175,3 @@ def load_reference(directory: str | Path | None = None) -> list[Record]:
         except (OSError, ValueError) as error:
             print(f"Skipped reference file {path.name}: {error}")
     return records
-
-

@@ -91,5 +91,3 @@ class RecordsTable(Table):
 def records_table(records: Sequence[Record], *, this_machine: str | None = None) -> RecordsTable:
     """Show records as a table; rows of the same benchmark sit together, ``this_machine`` first."""
     return RecordsTable(records, this_machine)
-
-

@@ -97,5 +97,3 @@ def time_callable(fn: Callable[[], object], *, warmup: int = 1, repeats: int = 5
         synchronize(device)
         times.append((time.perf_counter() - start) / number)
     return Timing(tuple(times))
-
-

@@ -92,4 +92,3 @@ def _report_async_fallback(exc: BaseException) -> None:
         _async_fallback_reported = True
         print(f"AsyncVectorEnv could not start subprocesses here ({type(exc).__name__}: {exc}); "
               "using SyncVectorEnv instead.")
-
