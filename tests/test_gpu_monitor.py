@@ -5,21 +5,18 @@ import threading
 import time
 
 import pytest
-
 from chatter import stderr_of_the_code
+
 from rlgpu_helpers.gpu import monitor as monitor_module
 from rlgpu_helpers.gpu.monitor import (
-    LABELS,
     NVML_MEANING,
     PSUTIL_MEANING,
     Sample,
     UtilizationMonitor,
     plot_utilization,
-    profile_ppo,
-    time_shares,
-    top_operators,
 )
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
+from rlgpu_helpers.learn.profile import LABELS, profile_ppo, time_shares, top_operators
 
 
 def busy(seconds):
