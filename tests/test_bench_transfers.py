@@ -61,8 +61,7 @@ def test_link_table_sets_the_fastest_copy_beside_the_nominal_link():
 
 
 def test_the_pinned_transfer_claim_is_judged_per_gpu_machine_or_said_missing():
-    from rlgpu_helpers.bench.transfers import transfer_claim_checks
-    from rlgpu_helpers.gpu.transfer import CLAIM_BYTES
+    from rlgpu_helpers.bench.transfers import CLAIM_BYTES, transfer_claim_checks
     from rlgpu_helpers.measure.claims import claim_checks_table
 
     none, = transfer_claim_checks([])

@@ -140,7 +140,7 @@ def test_a_short_training_run_on_cuda(algorithm):
 # --- notebook 05: host-device transfers and the side-stream prefetch --------------------------
 
 def test_every_transfer_variant_runs_on_cuda():
-    from rlgpu_helpers.gpu.transfer import transfer_bandwidth
+    from rlgpu_helpers.bench.transfers import transfer_bandwidth
 
     records = transfer_bandwidth(CUDA, sizes=(2**20,), progress=False)
     assert {(r.variant, r.params["direction"]) for r in records} == {
@@ -151,7 +151,7 @@ def test_every_transfer_variant_runs_on_cuda():
 
 
 def test_pinned_copies_to_the_gpu_beat_pageable_ones_at_256_mib():
-    from rlgpu_helpers.gpu.transfer import pinned_claim, transfer_bandwidth
+    from rlgpu_helpers.bench.transfers import pinned_claim, transfer_bandwidth
 
     records = transfer_bandwidth(CUDA, sizes=(2**28,), variants=("pageable", "pinned"),
                                  directions=("host to device",), progress=False)
@@ -223,13 +223,8 @@ def test_the_prefetch_loop_never_makes_the_host_wait():
 
 
 def test_the_prefetch_is_timed_and_its_copies_run_on_their_own_stream(tmp_path):
-    from rlgpu_helpers.gpu.transfer import (
-        PREFETCH,
-        SERIAL,
-        plot_timeline,
-        prefetch_time,
-        prefetch_timeline,
-    )
+    from rlgpu_helpers.bench.transfers import prefetch_time
+    from rlgpu_helpers.gpu.transfer import PREFETCH, SERIAL, plot_timeline, prefetch_timeline
 
     records = prefetch_time(CUDA, rows=1024, width=1024, batches=4)
     assert [r.variant for r in records] == [SERIAL, PREFETCH] and all(r.value > 0 for r in records)

@@ -10,6 +10,32 @@ import pytest
 import torch
 from torch.autograd import DeviceType
 
+from rlgpu_helpers.bench import transfers
+from rlgpu_helpers.bench.transfers import (
+    CLAIM_BYTES,
+    default_sizes,
+    pinned_claim,
+    prefetch_time,
+    transfer_bandwidth,
+)
+from rlgpu_helpers.core.device import device_report, machine_label
+from rlgpu_helpers.gpu import transfer
+from rlgpu_helpers.gpu.transfer import (
+    COMPUTE_ONLY,
+    H2D,
+    PCIE_LANE_GBS,
+    PREFETCH,
+    SERIAL,
+    Interval,
+    Link,
+    intervals_from_events,
+    nominal_link,
+    parse_link,
+    plot_timeline,
+    prefetch_timeline,
+    prefetch_to_device,
+    read_before_sync,
+)
 from rlgpu_helpers.measure.claims import (
     CLAIMS,
     HELD,
@@ -19,29 +45,6 @@ from rlgpu_helpers.measure.claims import (
 )
 from rlgpu_helpers.measure.records import Record
 from rlgpu_helpers.measure.timing import Timing
-from rlgpu_helpers.core.device import device_report, machine_label
-from rlgpu_helpers.gpu import transfer
-from rlgpu_helpers.gpu.transfer import (
-    CLAIM_BYTES,
-    COMPUTE_ONLY,
-    H2D,
-    PCIE_LANE_GBS,
-    PREFETCH,
-    SERIAL,
-    Interval,
-    Link,
-    default_sizes,
-    intervals_from_events,
-    nominal_link,
-    parse_link,
-    pinned_claim,
-    plot_timeline,
-    prefetch_time,
-    prefetch_timeline,
-    prefetch_to_device,
-    read_before_sync,
-    transfer_bandwidth,
-)
 
 LABEL = machine_label(device_report("cpu"))
 
@@ -78,7 +81,7 @@ def test_asking_only_for_pinned_variants_on_a_cpu_measures_nothing_and_says_so(c
 
 
 def test_bandwidth_is_bytes_over_the_median_time_with_the_iqr_of_the_rates(monkeypatch):
-    monkeypatch.setattr(transfer, "time_callable", lambda fn, **kwargs: Timing((0.5, 1.0, 2.0)))
+    monkeypatch.setattr(transfers, "time_callable", lambda fn, **kwargs: Timing((0.5, 1.0, 2.0)))
     record, = transfer_bandwidth("cpu", sizes=(2**20,), progress=False)
     gb = 2**20 / 1e9
     assert record.value == pytest.approx(gb / 1.0)

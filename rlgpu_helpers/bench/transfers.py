@@ -1,13 +1,14 @@
 """The ``transfers`` bench suite: host-device copies and their overlap with compute (introduced in notebook 05).
 
 ``python -m rlgpu_helpers bench transfers`` runs :func:`measure_transfers`, which gathers what
-:mod:`rlgpu_helpers.gpu.transfer` measures into records, so that a GPU machine's reference file
+it measures with :mod:`rlgpu_helpers.gpu.transfer`'s copies and loops into records, so that a GPU machine's reference file
 carries the lesson to students without a GPU:
 
 * ``"transfer"``: GB/s against size for pageable, pinned, ``pin_memory()`` then copy and
-  ``non_blocking``, in both directions (:func:`~rlgpu_helpers.gpu.transfer.transfer_bandwidth`);
+  ``non_blocking``, in both directions (:func:`transfer_bandwidth`;
+  :func:`pinned_claim` judges the guide's "2-3x faster" at :data:`CLAIM_BYTES`);
 * ``"prefetch"``: ms per batch, copy then compute vs prefetch on a side stream
-  (:func:`~rlgpu_helpers.gpu.transfer.prefetch_time`);
+  (:func:`prefetch_time`);
 * ``"non_blocking_read"``: the % of values wrong when a ``non_blocking`` copy to the host is
   read before synchronizing, and after (:func:`~rlgpu_helpers.gpu.transfer.read_before_sync`);
 * ``"host_link"``: the nominal GB/s per direction of the GPU's PCIe link, as nvidia-smi
@@ -20,28 +21,39 @@ measured copy beside its nominal link.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
+from tqdm.auto import tqdm
 
+from ..core.checks import check_choices, check_int, check_ints
+from ..core.config import pick
 from ..core.device import get_device, machine_of
 from ..gpu.transfer import (
-    CLAIM_BYTES,
     D2H,
+    DIRECTIONS,
     H2D,
-    NAME,
+    H2H,
+    PAGEABLE,
+    PIN_THEN_COPY,
+    PINNED,
+    VARIANTS,
     EarlyRead,
     Link,
+    copy_of,
+    no_overlap_reason,
     nominal_link,
-    pinned_claim,
-    prefetch_time,
+    prefetch_loops,
+    prefetch_sizes,
     read_before_sync,
-    transfer_bandwidth,
 )
-from ..measure.claims import CLAIMS, ClaimCheck
+from ..measure.claims import CLAIMS, ClaimCheck, Verdict, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 
+_MIB = 2**20
 EARLY_READ = "non_blocking_read"
 LINK = "host_link"
 
@@ -122,3 +134,130 @@ def link_table(records: Sequence[Record]) -> Table:
             row += ["", ""] if best is None else [format_number(best), f"{100 * best / link.value:.0f}%"]
         rows.append(row)
     return Table(columns, rows, [False, False, True, True, True, True, True])
+
+
+NAME = "transfer"
+
+
+MIN_BYTES, MAX_BYTES = 2**10, 2**30
+
+
+CLAIM_BYTES = 64 * 2**20
+"""Size at which :func:`pinned_claim` judges the guide: 64 MiB, large enough that the fixed cost
+of a copy is negligible (the link's speed shows), and a replay batch of images can be that big."""
+
+
+def default_sizes() -> tuple[int, ...]:
+    """Bytes per copy: 1 KiB to 1 GiB in powers of 4; 1 KiB, 64 KiB and 1 MiB in quick mode."""
+    return pick(full=tuple(MIN_BYTES * 4**k for k in range(11)), quick=(2**10, 2**16, 2**20))
+
+
+def _check_sizes(sizes) -> tuple[int, ...]:
+    sizes = check_ints("sizes", sizes)
+    for index, size in enumerate(sizes):
+        if not MIN_BYTES <= size <= MAX_BYTES:
+            raise ValueError(f"sizes={sizes!r}: sizes[{index}]={size} must be an int in "
+                             f"[{MIN_BYTES}, {MAX_BYTES}] (1 KiB to 1 GiB)")
+    return sizes
+
+
+def transfer_bandwidth(device: str | torch.device | None = None, *, sizes=None, variants=VARIANTS,
+                       directions=DIRECTIONS, progress: bool = True) -> list[Record]:
+    """GB/s of copying ``sizes`` bytes between host and ``device``, for each variant and direction.
+
+    Variants (:data:`VARIANTS`), all copying into a buffer allocated beforehand:
+
+    * ``"pageable"``: from (or to) an ordinary host tensor;
+    * ``"pinned"``: from (to) a pinned host tensor; the host waits for each copy;
+    * ``"pin_memory() then copy"``: ``pageable.pin_memory()`` then a ``non_blocking`` copy, the
+      pinning counted in the time. Host to device only: a copy back has nothing to pin first;
+    * ``"non_blocking"``: from (to) pinned memory with ``non_blocking=True``: the host queues
+      the copies without waiting and synchronizes once at the end of each timed run.
+
+    GB/s is bytes / seconds (10⁹ bytes), the median of the timed runs, with their IQR as the
+    spread. Each run repeats the copy long enough to be timed well (about 0.05 s at full size).
+    ``sizes`` (bytes, each from 1 KiB to 1 GiB) defaults to :func:`default_sizes`.
+
+    Records: name ``"transfer"``, metric ``"bandwidth"``, unit ``"GB/s"``, params
+    ``{"bytes", "direction"}``. Pinned memory needs CUDA: on any other device only pageable
+    copies are measured (on a CPU, between two host buffers: direction ``"host to host"``, a
+    baseline of the host's own memory, not a transfer) and what was skipped is printed.
+    """
+    device = get_device(device, param="device")
+    sizes = _check_sizes(default_sizes() if sizes is None else sizes)
+    variants = check_choices("variants", variants, VARIANTS)
+    directions = check_choices("directions", directions, DIRECTIONS)
+    cuda = device.type == "cuda"
+    if not cuda:
+        skipped = [variant for variant in variants if variant != PAGEABLE]
+        if skipped:
+            print(f"no CUDA: pinned memory needs a CUDA GPU, so {', '.join(map(repr, skipped))} "
+                  f"{'was' if len(skipped) == 1 else 'were'} skipped on {device.type}.")
+        variants = (PAGEABLE,) if PAGEABLE in variants else ()
+        if device.type == "cpu" and variants:
+            print("On a CPU there is no link to cross: measured copies between two host buffers of pageable "
+                  "memory instead (direction 'host to host'), a baseline of the host's memory.")
+            directions = (H2H,)
+    jobs = [(size, variant, direction) for size in sizes for direction in directions for variant in variants
+            if not (variant == PIN_THEN_COPY and direction == D2H)]
+    machine = machine_of(device)
+    records, buffers = [], None
+    for size, variant, direction in tqdm(jobs, desc="transfers", disable=not progress):
+        if buffers is None or buffers[0].numel() != size:
+            buffers = None  # free the last size's buffers before allocating the next ones
+            buffers = (torch.ones(size, dtype=torch.uint8),
+                       torch.ones(size, dtype=torch.uint8, pin_memory=True) if cuda else None,
+                       torch.zeros(size, dtype=torch.uint8, device=device))
+        copy = copy_of(variant, direction, *buffers)
+        probe = time_callable(copy, warmup=1, repeats=1, device=device).median
+        number = max(1, math.ceil(pick(full=0.05, quick=0.002) / max(probe, 1e-9)))
+        timing = time_callable(copy, warmup=0, repeats=pick(full=5, quick=3), number=number, device=device)
+        value, spread = timing.rate(size / 1e9)
+        records.append(Record(NAME, variant, "bandwidth", value, "GB/s", {"bytes": size, "direction": direction},
+                              spread, machine))
+    return records
+
+
+def pinned_claim(records: Sequence[Record], nbytes: int = CLAIM_BYTES) -> Verdict | None:
+    """The guide's "pinned memory: 2-3x faster transfer to GPU", judged on one machine's records.
+
+    The speedup is the ``"pinned"`` over the ``"pageable"`` host-to-device GB/s at ``nbytes``
+    (both blocking copies, so only the memory differs), its spread from both records' relative
+    spreads. Returns the :class:`~rlgpu_helpers.measure.claims.Verdict`, or None (and prints why)
+    when the records hold no such pair: a CPU measures no host-to-device copy at all.
+    """
+    records = check_records(records)
+    nbytes = check_int("nbytes", nbytes)
+    machines = sorted({record.machine for record in records})
+    if len(machines) > 1:
+        raise ValueError(f"records come from machines {machines}: pass one machine's records")
+    found = {record.variant: record for record in records
+             if record.name == NAME and record.params == {"bytes": nbytes, "direction": H2D}}
+    if PINNED not in found or PAGEABLE not in found:
+        print(f"pinned-transfer: not measured: needs a GPU (no pinned and pageable host-to-device copy "
+              f"of {nbytes / _MIB:g} MiB in these records)")
+        return None
+    return judge(CLAIMS["pinned-transfer"], *record_ratio(found[PINNED], found[PAGEABLE]))
+
+
+def prefetch_time(device: str | torch.device | None = None, *, rows: int | None = None,
+                  width: int | None = None, batches: int | None = None) -> list[Record]:
+    """Milliseconds per batch, copying each batch then computing on it vs prefetching on a side stream.
+
+    Each batch is ``rows x width`` float32 (default on a GPU 4096 x 4096: 64 MiB, a copy about
+    as long as its matmul on a recent GPU); a timed run goes through ``batches`` of them. Records: name
+    ``"prefetch"``, metric ``"time per batch"``, unit ``"ms"``, params ``{"bytes", "batches"}``,
+    the median run with its IQR as the spread. On a CPU: one record, the compute loop alone.
+    """
+    device = get_device(device, param="device")
+    rows, width, batches = prefetch_sizes(device, rows, width, batches)
+    if device.type != "cuda":
+        print(f"{no_overlap_reason(device)}; timed the same loop without streams.")
+    machine = machine_of(device)
+    params = {"bytes": rows * width * 4, "batches": batches}
+    records = []
+    for variant, loop in prefetch_loops(device, rows, width, batches).items():
+        timing = time_callable(loop, warmup=1, repeats=pick(full=5, quick=3), device=device)
+        records.append(Record("prefetch", variant, "time per batch", timing.median / batches * 1e3, "ms",
+                              params, timing.iqr / batches * 1e3, machine))
+    return records

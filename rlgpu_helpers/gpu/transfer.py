@@ -17,14 +17,14 @@ where it starts:
   The values are not there until the device has caught up, so a copy *to the host* read before
   ``torch.cuda.synchronize()`` can hold old values: :func:`read_before_sync` shows it.
 
-:func:`transfer_bandwidth` measures GB/s against size (1 KiB to 1 GiB) for each way, in both
-directions, and :func:`pinned_claim` judges the guide's "2-3x faster" at :data:`CLAIM_BYTES`;
-:func:`nominal_link` reads the link the GPU is plugged into (PCIe generation and lanes), to set
+:func:`copy_of` is each way of copying as a function, which ``bench/transfers.py`` times against
+size (1 KiB to 1 GiB) in both directions; :func:`nominal_link` reads the link the GPU is plugged into (PCIe generation and lanes), to set
 the measurement beside what the link promises.
 
 A copy still takes time, but it need not be *waited* for: :func:`prefetch_to_device` copies the
 next batch on a side CUDA stream while the default stream computes on this one.
-:func:`prefetch_time` measures time per batch with and without it, and :func:`prefetch_timeline`
+:func:`prefetch_loops` are the two loops, with and without it (``bench/transfers.py`` times them),
+and :func:`prefetch_timeline`
 records both loops with the profiler (:func:`plot_timeline` draws the copies and kernels per
 stream; a chrome trace file opens in ui.perfetto.dev).
 
@@ -44,46 +44,20 @@ from pathlib import Path
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
-from tqdm.auto import tqdm
 
 from ..core import compat
-from ..core.checks import check_choices, check_int, check_ints
+from ..core.checks import check_int
 from ..core.config import pick
-from ..core.device import _command_output, get_device, machine_of
-from ..measure.claims import CLAIMS, Verdict, judge, record_ratio
-from ..measure.records import Record, check_records
-from ..measure.timing import time_callable
+from ..core.device import _command_output, get_device
 
-NAME = "transfer"
 H2D, D2H, H2H = "host to device", "device to host", "host to host"
 DIRECTIONS = (H2D, D2H)
 PAGEABLE, PINNED, PIN_THEN_COPY, NON_BLOCKING = "pageable", "pinned", "pin_memory() then copy", "non_blocking"
 VARIANTS = (PAGEABLE, PINNED, PIN_THEN_COPY, NON_BLOCKING)
-MIN_BYTES, MAX_BYTES = 2**10, 2**30
-CLAIM_BYTES = 64 * 2**20
-"""Size at which :func:`pinned_claim` judges the guide: 64 MiB, large enough that the fixed cost
-of a copy is negligible (the link's speed shows), and a replay batch of images can be that big."""
-
-_MIB = 2**20
 
 
-# ---------------------------------------------------------------------------- GB/s against size
 
-def default_sizes() -> tuple[int, ...]:
-    """Bytes per copy: 1 KiB to 1 GiB in powers of 4; 1 KiB, 64 KiB and 1 MiB in quick mode."""
-    return pick(full=tuple(MIN_BYTES * 4**k for k in range(11)), quick=(2**10, 2**16, 2**20))
-
-
-def _check_sizes(sizes) -> tuple[int, ...]:
-    sizes = check_ints("sizes", sizes)
-    for index, size in enumerate(sizes):
-        if not MIN_BYTES <= size <= MAX_BYTES:
-            raise ValueError(f"sizes={sizes!r}: sizes[{index}]={size} must be an int in "
-                             f"[{MIN_BYTES}, {MAX_BYTES}] (1 KiB to 1 GiB)")
-    return sizes
-
-
-def _copy(variant: str, direction: str, pageable, pinned, on_device):
+def copy_of(variant: str, direction: str, pageable, pinned, on_device):
     """One copy of ``variant`` in ``direction``, as a function; the buffers are the same size."""
     if direction == H2H:
         return lambda: on_device.copy_(pageable)  # on a CPU "on_device" is a second host buffer
@@ -100,85 +74,6 @@ def _copy(variant: str, direction: str, pageable, pinned, on_device):
     if variant == PINNED:
         return lambda: pinned.copy_(on_device)
     return lambda: pinned.copy_(on_device, non_blocking=True)
-
-
-def transfer_bandwidth(device: str | torch.device | None = None, *, sizes=None, variants=VARIANTS,
-                       directions=DIRECTIONS, progress: bool = True) -> list[Record]:
-    """GB/s of copying ``sizes`` bytes between host and ``device``, for each variant and direction.
-
-    Variants (:data:`VARIANTS`), all copying into a buffer allocated beforehand:
-
-    * ``"pageable"``: from (or to) an ordinary host tensor;
-    * ``"pinned"``: from (to) a pinned host tensor; the host waits for each copy;
-    * ``"pin_memory() then copy"``: ``pageable.pin_memory()`` then a ``non_blocking`` copy, the
-      pinning counted in the time. Host to device only: a copy back has nothing to pin first;
-    * ``"non_blocking"``: from (to) pinned memory with ``non_blocking=True``: the host queues
-      the copies without waiting and synchronizes once at the end of each timed run.
-
-    GB/s is bytes / seconds (10⁹ bytes), the median of the timed runs, with their IQR as the
-    spread. Each run repeats the copy long enough to be timed well (about 0.05 s at full size).
-    ``sizes`` (bytes, each from 1 KiB to 1 GiB) defaults to :func:`default_sizes`.
-
-    Records: name ``"transfer"``, metric ``"bandwidth"``, unit ``"GB/s"``, params
-    ``{"bytes", "direction"}``. Pinned memory needs CUDA: on any other device only pageable
-    copies are measured (on a CPU, between two host buffers: direction ``"host to host"``, a
-    baseline of the host's own memory, not a transfer) and what was skipped is printed.
-    """
-    device = get_device(device, param="device")
-    sizes = _check_sizes(default_sizes() if sizes is None else sizes)
-    variants = check_choices("variants", variants, VARIANTS)
-    directions = check_choices("directions", directions, DIRECTIONS)
-    cuda = device.type == "cuda"
-    if not cuda:
-        skipped = [variant for variant in variants if variant != PAGEABLE]
-        if skipped:
-            print(f"no CUDA: pinned memory needs a CUDA GPU, so {', '.join(map(repr, skipped))} "
-                  f"{'was' if len(skipped) == 1 else 'were'} skipped on {device.type}.")
-        variants = (PAGEABLE,) if PAGEABLE in variants else ()
-        if device.type == "cpu" and variants:
-            print("On a CPU there is no link to cross: measured copies between two host buffers of pageable "
-                  "memory instead (direction 'host to host'), a baseline of the host's memory.")
-            directions = (H2H,)
-    jobs = [(size, variant, direction) for size in sizes for direction in directions for variant in variants
-            if not (variant == PIN_THEN_COPY and direction == D2H)]
-    machine = machine_of(device)
-    records, buffers = [], None
-    for size, variant, direction in tqdm(jobs, desc="transfers", disable=not progress):
-        if buffers is None or buffers[0].numel() != size:
-            buffers = None  # free the last size's buffers before allocating the next ones
-            buffers = (torch.ones(size, dtype=torch.uint8),
-                       torch.ones(size, dtype=torch.uint8, pin_memory=True) if cuda else None,
-                       torch.zeros(size, dtype=torch.uint8, device=device))
-        copy = _copy(variant, direction, *buffers)
-        probe = time_callable(copy, warmup=1, repeats=1, device=device).median
-        number = max(1, math.ceil(pick(full=0.05, quick=0.002) / max(probe, 1e-9)))
-        timing = time_callable(copy, warmup=0, repeats=pick(full=5, quick=3), number=number, device=device)
-        value, spread = timing.rate(size / 1e9)
-        records.append(Record(NAME, variant, "bandwidth", value, "GB/s", {"bytes": size, "direction": direction},
-                              spread, machine))
-    return records
-
-
-def pinned_claim(records: Sequence[Record], nbytes: int = CLAIM_BYTES) -> Verdict | None:
-    """The guide's "pinned memory: 2-3x faster transfer to GPU", judged on one machine's records.
-
-    The speedup is the ``"pinned"`` over the ``"pageable"`` host-to-device GB/s at ``nbytes``
-    (both blocking copies, so only the memory differs), its spread from both records' relative
-    spreads. Returns the :class:`~rlgpu_helpers.measure.claims.Verdict`, or None (and prints why)
-    when the records hold no such pair: a CPU measures no host-to-device copy at all.
-    """
-    records = check_records(records)
-    nbytes = check_int("nbytes", nbytes)
-    machines = sorted({record.machine for record in records})
-    if len(machines) > 1:
-        raise ValueError(f"records come from machines {machines}: pass one machine's records")
-    found = {record.variant: record for record in records
-             if record.name == NAME and record.params == {"bytes": nbytes, "direction": H2D}}
-    if PINNED not in found or PAGEABLE not in found:
-        print(f"pinned-transfer: not measured: needs a GPU (no pinned and pageable host-to-device copy "
-              f"of {nbytes / _MIB:g} MiB in these records)")
-        return None
-    return judge(CLAIMS["pinned-transfer"], *record_ratio(found[PINNED], found[PAGEABLE]))
 
 
 # ---------------------------------------------------------------------------- reading too early
@@ -298,7 +193,7 @@ PREFETCH = "prefetch on a side stream"
 COMPUTE_ONLY = "compute only (a CPU has nothing to copy)"
 
 
-def _loops(device: torch.device, rows: int, width: int, batches: int) -> dict:
+def prefetch_loops(device: torch.device, rows: int, width: int, batches: int) -> dict:
     """The loops to compare, by name: each copies ``batches`` batches and multiplies each by a weight.
 
     A batch is ``rows x width`` float32 (pinned on a GPU); two of them are handed out in turn, as
@@ -323,7 +218,7 @@ def _loops(device: torch.device, rows: int, width: int, batches: int) -> dict:
     return {SERIAL: serial, PREFETCH: prefetch} if cuda else {COMPUTE_ONLY: serial}
 
 
-def _prefetch_sizes(device: torch.device, rows, width, batches) -> tuple[int, int, int]:
+def prefetch_sizes(device: torch.device, rows, width, batches) -> tuple[int, int, int]:
     """By default a batch is 4096 x 4096 float32 (64 MiB) on a GPU, where its copy and its matmul
     take similar times; 1024 x 1024 elsewhere, where there is no copy to compare with and the
     big matmul would take seconds."""
@@ -333,31 +228,8 @@ def _prefetch_sizes(device: torch.device, rows, width, batches) -> tuple[int, in
             check_int("batches", pick(full=20, quick=4) if batches is None else batches))
 
 
-def _no_overlap(device: torch.device) -> str:
+def no_overlap_reason(device: torch.device) -> str:
     return f"no CUDA: on {device.type} the batches are already in host memory, so there is no copy to overlap"
-
-
-def prefetch_time(device: str | torch.device | None = None, *, rows: int | None = None,
-                  width: int | None = None, batches: int | None = None) -> list[Record]:
-    """Milliseconds per batch, copying each batch then computing on it vs prefetching on a side stream.
-
-    Each batch is ``rows x width`` float32 (default on a GPU 4096 x 4096: 64 MiB, a copy about
-    as long as its matmul on a recent GPU); a timed run goes through ``batches`` of them. Records: name
-    ``"prefetch"``, metric ``"time per batch"``, unit ``"ms"``, params ``{"bytes", "batches"}``,
-    the median run with its IQR as the spread. On a CPU: one record, the compute loop alone.
-    """
-    device = get_device(device, param="device")
-    rows, width, batches = _prefetch_sizes(device, rows, width, batches)
-    if device.type != "cuda":
-        print(f"{_no_overlap(device)}; timed the same loop without streams.")
-    machine = machine_of(device)
-    params = {"bytes": rows * width * 4, "batches": batches}
-    records = []
-    for variant, loop in _loops(device, rows, width, batches).items():
-        timing = time_callable(loop, warmup=1, repeats=pick(full=5, quick=3), device=device)
-        records.append(Record("prefetch", variant, "time per batch", timing.median / batches * 1e3, "ms",
-                              params, timing.iqr / batches * 1e3, machine))
-    return records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -408,13 +280,13 @@ def prefetch_timeline(device: str | torch.device | None = None, *, rows: int | N
     GPU work (it needs CUPTI), saying which.
     """
     device = get_device(device, param="device")
-    rows, width, batches = _prefetch_sizes(device, rows, width, batches)
+    rows, width, batches = prefetch_sizes(device, rows, width, batches)
     if trace_path is not None and not isinstance(trace_path, (str, Path)):
         raise TypeError(f"trace_path={trace_path!r} must be a str, a Path or None")
     if device.type != "cuda":
-        print(f"{_no_overlap(device)}, and no GPU timeline to record.")
+        print(f"{no_overlap_reason(device)}, and no GPU timeline to record.")
         return None
-    loops = _loops(device, rows, width, batches)
+    loops = prefetch_loops(device, rows, width, batches)
     for loop in loops.values():
         loop()
     torch.cuda.synchronize(device)
