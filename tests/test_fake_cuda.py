@@ -122,11 +122,11 @@ CASES: dict[str, Case] = {}
 # ---------------------------------------------------------------------------- VecSnake
 
 def step_env(fc: FakeCuda, obs_type: str, captured: bool = False, checked: bool = True) -> None:
-    """``STEPS`` steps of 8 games; ``captured``: ``env.step`` (checked) or ``env._step`` in a ``CapturedStep``."""
+    """``STEPS`` steps of 8 games; ``captured``: ``env.step`` (checked) or ``env.step_tensors`` in a ``CapturedStep``."""
     env = VecSnake(8, **SIZE, obs_type=obs_type, device="cuda", seed=0, check_action_values=checked)
     actions = torch.randint(0, 3, (8,), device="cuda")
     fc.count_calls(VecSnake, "_step")
-    step = env.step if checked else env._step
+    step = env.step if checked else env.step_tensors
     if captured:
         step = CapturedStep(step, "cuda")
     with fc.hot("VecSnake.step"):
@@ -136,10 +136,10 @@ def step_env(fc: FakeCuda, obs_type: str, captured: bool = False, checked: bool 
 
 for obs in OBS_TYPES:
     CASES[f"VecSnake {obs}"] = Case("vecsnake", functools.partial(step_env, obs_type=obs),
-                                    {"calls": {"VecSnake._step": STEPS}})
+                                    {"calls": {"VecSnake.step_tensors": STEPS}})
     CASES[f"VecSnake {obs}, _step captured"] = Case(
         "vecsnake", functools.partial(step_env, obs_type=obs, captured=True, checked=False),
-        {"calls": {"VecSnake._step": 3}, "captures": 1, "replays": STEPS - 2})
+        {"calls": {"VecSnake.step_tensors": 3}, "captures": 1, "replays": STEPS - 2})
 
 
 def capture_checked_step(fc: FakeCuda) -> dict:
@@ -158,7 +158,7 @@ def capture_checked_step(fc: FakeCuda) -> dict:
 
 
 CASES["VecSnake features, checked step captured"] = Case(
-    "vecsnake", capture_checked_step, {"calls": {"VecSnake._step": 2}, "captures": 1, "replays": 0, "refused": True})
+    "vecsnake", capture_checked_step, {"calls": {"VecSnake.step_tensors": 2}, "captures": 1, "replays": 0, "refused": True})
 
 
 # ---------------------------------------------------------------------------- PPO
@@ -207,28 +207,28 @@ for obs in OBS_TYPES:
     for precision in ("fp32", "bf16"):
         CASES[f"PPO {obs} {precision}"] = Case(
             "ppo", functools.partial(iterate_ppo, obs_type=obs, precision=precision),
-            {"calls": {"VecSnake._step": PPO_SIZES["num_steps"]}, "backwards": PPO_BACKWARDS,
+            {"calls": {"VecSnake.step_tensors": PPO_SIZES["num_steps"]}, "backwards": PPO_BACKWARDS,
              "logits dtypes": ["torch.bfloat16" if precision == "bf16" else "torch.float32"]}, PPO_READ)
 CASES["PPO features fp32, accumulation_steps=2"] = Case(
     "ppo", functools.partial(iterate_ppo, accumulation_steps=2),
-    {"calls": {"VecSnake._step": PPO_SIZES["num_steps"]}, "backwards": 2 * PPO_BACKWARDS}, PPO_READ)
+    {"calls": {"VecSnake.step_tensors": PPO_SIZES["num_steps"]}, "backwards": 2 * PPO_BACKWARDS}, PPO_READ)
 # Three iterations capture each graph: 6 rollout steps, 3 GAE calls and 6 updates, each captured on
 # its third call (after two warm-ups), which replays too; the rollout and the update replay 4 times, GAE once.
 for obs, precision in (("features", "fp32"), ("grid", "bf16")):
     CASES[f"PPO {obs} {precision}, cuda_graphs"] = Case(
         "ppo", functools.partial(iterate_ppo, iterations=3, obs_type=obs, precision=precision,
                                         cuda_graphs=True),
-        {"calls": {"VecSnake._step": 3}, "captures": 3, "replays": 9, "backwards": 3}, PPO_READ)
+        {"calls": {"VecSnake.step_tensors": 3}, "captures": 3, "replays": 9, "backwards": 3}, PPO_READ)
 CASES["PPO features fp32, cuda_graphs, resumed from a checkpoint"] = Case(
-    "ppo", resume_ppo, {"calls": {"VecSnake._step": 3}, "captures": 3, "replays": 9}, PPO_READ)
+    "ppo", resume_ppo, {"calls": {"VecSnake.step_tensors": 3}, "captures": 3, "replays": 9}, PPO_READ)
 # fp16: a GradScaler in the update, whose skip the fused Adam decides on the device.
 CASES["PPO features fp16"] = Case(
     "ppo", functools.partial(iterate_ppo, precision="fp16"),
-    {"calls": {"VecSnake._step": PPO_SIZES["num_steps"]}, "backwards": PPO_BACKWARDS,
+    {"calls": {"VecSnake.step_tensors": PPO_SIZES["num_steps"]}, "backwards": PPO_BACKWARDS,
      "logits dtypes": ["torch.float16"]}, PPO_READ)
 CASES["PPO features fp16, cuda_graphs"] = Case(
     "ppo", functools.partial(iterate_ppo, iterations=3, precision="fp16", cuda_graphs=True),
-    {"calls": {"VecSnake._step": 3}, "captures": 3, "replays": 9, "backwards": 3}, PPO_READ)
+    {"calls": {"VecSnake.step_tensors": 3}, "captures": 3, "replays": 9, "backwards": 3}, PPO_READ)
 
 
 # ---------------------------------------------------------------------------- DQN
@@ -255,7 +255,7 @@ def resume_dqn(fc: FakeCuda) -> None:
         resumed.iterate(0.5)
 
 
-DQN_RAN = {"calls": {"VecSnake._step": 4, "DQN._learn": 3}, "backwards": 3}
+DQN_RAN = {"calls": {"VecSnake.step_tensors": 4, "DQN._learn": 3}, "backwards": 3}
 for kind in KINDS:
     CASES[f"DQN buffer={kind}"] = Case("dqn", functools.partial(iterate_dqn, buffer=kind), DQN_RAN,
                                        {**BUFFER_ALLOWED[kind], **DQN_READ})
@@ -284,12 +284,12 @@ def plant_host_tensor_in_rollout(fc: FakeCuda) -> None:
     ppo = PPO(PPOConfig(**PPO_SIZES, device="cuda"))
     fc.count_calls(VecSnake, "_step")
     with fc.hot("PPO rollout"):
-        ppo._collect()
+        ppo.collect()
 
 
 def plant_item_in_step(fc: FakeCuda) -> None:
     """``VecSnake.step`` reads the total reward on the host (``.item()``) at every step."""
-    real_step = VecSnake._step
+    real_step = VecSnake.step_tensors
 
     def step_with_item(self, actions, frozen=None):
         outputs = real_step(self, actions, frozen)
@@ -320,10 +320,10 @@ def plant_copy_in_acting(fc: FakeCuda) -> None:
 HERE = Path(__file__).resolve().relative_to(ROOT).as_posix()
 PLANTED = {
     "a CPU tensor in PPO's rollout": Case(
-        "ppo", plant_host_tensor_in_rollout, {"calls": {"VecSnake._step": PPO_SIZES["num_steps"]}},
+        "ppo", plant_host_tensor_in_rollout, {"calls": {"VecSnake.step_tensors": PPO_SIZES["num_steps"]}},
         {f"cpu-in-hot {HERE}:act_with_host_index": "planted"}),
     "an .item() in VecSnake.step": Case(
-        "vecsnake", plant_item_in_step, {"calls": {"VecSnake._step": STEPS}},
+        "vecsnake", plant_item_in_step, {"calls": {"VecSnake.step_tensors": STEPS}},
         {f"sync {HERE}:step_with_item": "planted"}),
     "a host-to-device copy in DQN's acting": Case(
         "dqn", plant_copy_in_acting, {"calls": {"DQN._explore": STEPS}},

@@ -297,7 +297,7 @@ SMALL_PPO = {"height": 6, "width": 6, "num_envs": 32, "num_steps": 8, "num_minib
 
 def ppo_in_float64(**config):
     learner = PPO(PPOConfig(**{**SMALL_PPO, **config}))
-    learner._collect()
+    learner.collect()
     learner.model.double()
     for name in ("obs", "logprobs", "advantages", "returns"):
         setattr(learner, name, getattr(learner, name).double())
@@ -336,7 +336,7 @@ def test_a_whole_ppo_update_with_accumulation_equals_the_one_without(steps):
         learner = ppo_in_float64(accumulation_steps=k)
         before = [p.detach().clone() for p in learner.model.parameters()]
         torch.manual_seed(0)  # the same minibatch shuffles
-        learner._update()
+        learner.update()
         changes.append(torch.cat([(p.detach() - b).flatten() for p, b in zip(learner.model.parameters(), before)]))
     assert relative_difference(changes[1], changes[0]) < 1e-10  # 8 Adam steps in float64: still rounding
 
@@ -376,7 +376,7 @@ def test_the_default_accumulation_leaves_ppo_bit_identical(obs_type):
         learner = PPO(PPOConfig(**{**SMALL_PPO, "obs_type": obs_type}))
         assert learner.config.accumulation_steps == 1
         if update == "reference":
-            learner._update = lambda learner=learner: _reference_update(learner)
+            learner.update = lambda learner=learner: _reference_update(learner)
         for _ in range(2):
             learner.iterate()
         learners.append(learner)
@@ -389,8 +389,8 @@ def test_the_default_accumulation_leaves_ppo_bit_identical(obs_type):
 
 def test_an_accumulated_ppo_update_makes_no_host_sync():
     learner = PPO(PPOConfig(**{**SMALL_PPO, "accumulation_steps": 3}))
-    learner._collect()
-    report = audit_syncs(learner._update, "cpu")
+    learner.collect()
+    report = audit_syncs(learner.update, "cpu")
     assert report.total == 0, report
 
 
@@ -418,8 +418,8 @@ def test_on_cuda_an_accumulated_step_makes_no_sync_and_the_proof_holds():
     assert report.total == 0, report
     assert gradient_difference(model, q_loss, batch, micro_batch_size=16).relative < FLOAT64_TOLERANCE
     learner = PPO(PPOConfig(**{**SMALL_PPO, "accumulation_steps": 3, "device": "cuda"}))
-    learner._collect()
-    assert audit_syncs(learner._update, "cuda").total == 0
+    learner.collect()
+    assert audit_syncs(learner.update, "cuda").total == 0
 
 
 @pytest.mark.gpu

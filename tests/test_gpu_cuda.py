@@ -97,7 +97,7 @@ def test_the_same_seed_gives_the_same_games_on_cpu_and_cuda(obs_type):
 
 @pytest.mark.parametrize("obs_type", rules.OBS_TYPES)
 def test_a_cuda_graph_of_the_step_replays_the_eager_steps(obs_type):
-    """Capture VecSnake._step once; each replay with new actions must equal an eager step, and
+    """Capture VecSnake.step_tensors once; each replay with new actions must equal an eager step, and
     the random stream (the counter the food placement hashes) must move on at every replay."""
     eager = VecSnake(256, 8, 8, obs_type=obs_type, device=CUDA, seed=3, check_action_values=False)
     graphed = VecSnake(256, 8, 8, obs_type=obs_type, device=CUDA, seed=3, check_action_values=False)
@@ -108,19 +108,19 @@ def test_a_cuda_graph_of_the_step_replays_the_eager_steps(obs_type):
     with torch.cuda.stream(side):  # warm up on a side stream, as capture requires
         for a in warmup:
             static_actions.copy_(a)
-            graphed._step(static_actions)
+            graphed.step_tensors(static_actions)
     torch.cuda.current_stream().wait_stream(side)
     for a in warmup:
-        eager._step(a)
+        eager.step_tensors(a)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_out = graphed._step(static_actions)
+        static_out = graphed.step_tensors(static_actions)
     counter = graphed._counter.clone()
     for k, a in enumerate(actions, start=1):
         static_actions.copy_(a)
         graph.replay()
         got = [t.clone() for t in outputs(static_out)]  # copied before the next replay overwrites them
-        for want, have in zip(outputs(eager._step(a)), got):
+        for want, have in zip(outputs(eager.step_tensors(a)), got):
             assert torch.equal(want, have)
         assert int(graphed._counter) == int(counter) + k
 

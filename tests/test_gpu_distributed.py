@@ -224,7 +224,7 @@ def test_a_compiled_rank_updates_as_an_eager_one(one_rank_group):
     updates as eager to float32 rounding, each with its one all-reduce."""
     config = dict(num_envs=8, num_steps=8, num_minibatches=2, hidden=8)
     eager, compiled = DistributedPPO(PPOConfig(**config)), DistributedPPO(PPOConfig(**config, compile=True))
-    eager._collect()
+    eager.collect()
     for name in ("obs", "actions", "logprobs", "advantages", "returns"):  # Inductor draws actions with its own RNG
         getattr(compiled, name).copy_(getattr(eager, name))
     counter = count_allreduces(compiled.model)

@@ -42,12 +42,12 @@ def test_the_compiled_env_step_equals_the_eager_one(obs_type):
     eager = VecSnake(48, 6, 7, obs_type=obs_type, seed=3, check_action_values=False)
     compiled_env = VecSnake(48, 6, 7, obs_type=obs_type, seed=3, check_action_values=False)
     moves = actions(60, 48)
-    compiled = compile_step(compiled_env._step, moves[0], fullgraph=True)  # its example call is step 0
+    compiled = compile_step(compiled_env.step_tensors, moves[0], fullgraph=True)  # its example call is step 0
     assert compiled.compile_seconds > 0 and compiled.fullgraph
-    eager._step(moves[0])
+    eager.step_tensors(moves[0])
     finished = 0
     for a in moves[1:]:
-        want, got = outputs(eager._step(a)), outputs(compiled.fn(a))
+        want, got = outputs(eager.step_tensors(a)), outputs(compiled.fn(a))
         for w, g in zip(want, got):
             assert torch.equal(w, g)
         finished += int(want[-1].sum())
@@ -59,13 +59,13 @@ def test_the_compiled_training_step_equals_the_eager_one_to_float32_rounding():
     eager, compiled = PPO(PPOConfig(**config)), PPO(PPOConfig(**config, compile=True))
     for learner in (eager, compiled):
         torch.manual_seed(0)
-        learner._collect()
+        learner.collect()
     # the compiled rollout draws its actions with Inductor's own RNG: give both the same rollout
     compiled.obs.copy_(eager.obs), compiled.actions.copy_(eager.actions), compiled.logprobs.copy_(eager.logprobs)
     compiled.advantages.copy_(eager.advantages), compiled.returns.copy_(eager.returns)
     idx = torch.randperm(256, generator=torch.Generator().manual_seed(2))[:128]
     for _ in range(3):
-        want, got = eager._minibatch_update(idx), compiled._update_fn(idx)
+        want, got = eager.minibatch_update(idx), compiled._update_fn(idx)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     for p, q in zip(eager.model.parameters(), compiled.model.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
@@ -118,7 +118,7 @@ def test_the_graph_breaks_of_the_checked_step_are_found_and_the_unchecked_step_h
     lines, first = inspect.getsourcelines(DeferredCheck.raise_if_failed)
     inside = {f"sync.py:{line}" for line in range(first, first + len(lines))}
     assert found.breaks >= 1 and any(where.split(" in ")[0] in inside for _, where in found.reasons), found
-    clean = graph_breaks(VecSnake(16, seed=0, check_action_values=False)._step, actions(1, 16)[0])
+    clean = graph_breaks(VecSnake(16, seed=0, check_action_values=False).step_tensors, actions(1, 16)[0])
     assert (clean.graphs, clean.breaks, clean.reasons) == (1, 0, ()) and clean.operators > 50
     assert "graph break(s)" in str(found)
 
@@ -241,10 +241,10 @@ def test_choose_settings_keeps_eager_unless_something_is_faster_beyond_the_noise
 def test_a_captured_env_step_replays_equal_eager_steps(obs_type):
     eager = VecSnake(256, 8, 8, obs_type=obs_type, device="cuda", seed=3, check_action_values=False)
     graphed = VecSnake(256, 8, 8, obs_type=obs_type, device="cuda", seed=3, check_action_values=False)
-    step = CapturedStep(graphed._step, "cuda", warmup=2)
+    step = CapturedStep(graphed.step_tensors, "cuda", warmup=2)
     for k, a in enumerate(actions(40, 256, "cuda")):
         got = [t.clone() for t in outputs(step(a))]  # copied before the next replay overwrites them
-        for want, have in zip(outputs(eager._step(a)), got):
+        for want, have in zip(outputs(eager.step_tensors(a)), got):
             assert torch.equal(want, have)
     assert step.graph is not None and step.calls == 40
 
@@ -276,7 +276,7 @@ def test_ppo_with_cuda_graphs_trains_and_its_captured_update_equals_the_eager_on
     idx = torch.randperm(256 * 16, device="cuda")[:1024]
     eager.optimizer = graph_safe_adam(eager.model.parameters(), 1e-3, eps=1e-5, device="cuda")
     eager.optimizer.load_state_dict(graphed.optimizer.state_dict())
-    eager._minibatch_update(idx)
+    eager.minibatch_update(idx)
     graphed._update_fn(idx)
     for p, q in zip(eager.model.parameters(), graphed.model.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6)
@@ -302,7 +302,7 @@ def test_a_resumed_captured_learner_reads_the_learning_rate_it_is_given(algorith
         resumed.iterate(0.1)
     set_learning_rate(resumed.optimizer, 0.0)
     before = [p.detach().clone() for p in resumed.model.parameters()]
-    resumed.iterate(1.0) if algorithm == "dqn" else (resumed._collect(), resumed._update())
+    resumed.iterate(1.0) if algorithm == "dqn" else (resumed.collect(), resumed.update())
     assert resumed._update_fn.graph is not None
     for old, new in zip(before, resumed.model.parameters()):
         assert torch.equal(old, new)
@@ -314,13 +314,13 @@ def test_reduce_overhead_on_the_env_step_either_replays_equal_steps_or_says_why_
     eager = VecSnake(256, 8, 8, device="cuda", seed=3, check_action_values=False)
     graphed = VecSnake(256, 8, 8, device="cuda", seed=3, check_action_values=False)
     moves = actions(20, 256, "cuda")
-    compiled = compile_step(graphed._step, moves[0], mode="reduce-overhead", device="cuda")
-    eager._step(moves[0])
+    compiled = compile_step(graphed.step_tensors, moves[0], mode="reduce-overhead", device="cuda")
+    eager.step_tensors(moves[0])
     if compiled.cuda_graphs_skipped:
         assert all("skip" in reason for reason in compiled.cuda_graphs_skipped), compiled.cuda_graphs_skipped
     for a in moves[1:]:
         got = [t.clone() for t in outputs(compiled.fn(a))]
-        for want, have in zip(outputs(eager._step(a)), got):
+        for want, have in zip(outputs(eager.step_tensors(a)), got):
             assert torch.equal(want, have)
 
 
@@ -334,5 +334,5 @@ def test_ppo_in_fp16_with_its_grad_scaler_trains_on_cuda_without_a_sync(launches
         learner.iterate(i / 4)
     assert any(not torch.equal(a, b) for a, b in zip(first, learner.model.parameters()))
     assert learner.scaler.get_scale() > 0
-    report = audit_syncs(learner._update, "cuda")
+    report = audit_syncs(learner.update, "cuda")
     assert report.total == 0, report

@@ -146,7 +146,7 @@ def test_the_profile_of_ppo_splits_its_time_and_writes_a_trace(tmp_path, capfd):
     prof = profile_ppo(learner, 2, trace)
     assert stderr_of_the_code(capfd.readouterr().err) == ""  # Kineto's chatter is kept off stderr
     assert learner.iterations == 4  # one waited, one warmed up, two recorded
-    assert "step" not in vars(learner.env) and "_update" not in vars(learner)  # wrappers removed
+    assert "step" not in vars(learner.env) and "update" not in vars(learner)  # wrappers removed
     counts = {a.key: a.count for a in prof.key_averages()}
     assert all(counts[label] == (2 if label != "env" else 8) for label in LABELS)
     names = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}

@@ -91,7 +91,7 @@ def test_the_critic_runs_once_per_rollout_step_and_its_values_are_right():
     ppo = PPO(PPOConfig(height=5, width=5, num_envs=32, num_steps=8, hidden=16, seed=2))
     calls = []
     ppo.model.critic.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
-    ppo._collect()
+    ppo.collect()
     assert calls == [32] + [64] * 8  # the first observations, then next + final observations per step
     with torch.inference_mode():
         torch.testing.assert_close(ppo.values, ppo.model.value(ppo.obs.flatten(0, 1)).view(8, 32))
@@ -104,7 +104,7 @@ def test_bf16_autocasts_each_forward_pass_and_keeps_the_rest_in_float32():
     bf16 = PPO(PPOConfig(height=6, width=6, num_envs=32, num_steps=8, hidden=16, seed=4, precision="bf16"))
     matmuls = []
     bf16.model.actor[-1].register_forward_hook(lambda module, args, out: matmuls.append(out.dtype))
-    bf16._collect()
+    bf16.collect()
     assert matmuls and set(matmuls) == {torch.bfloat16}
     for name in ("logprobs", "values", "advantages", "returns"):
         assert getattr(bf16, name).dtype == torch.float32
@@ -116,7 +116,7 @@ def test_bf16_autocasts_each_forward_pass_and_keeps_the_rest_in_float32():
     obs = bf16.obs[0]
     with torch.inference_mode(), bf16._forward():
         before = bf16.model.logits(obs).float()
-    bf16._update()
+    bf16.update()
     assert not torch.is_autocast_enabled("cpu")
     with torch.inference_mode():
         exact = bf16.model.logits(obs)
@@ -131,11 +131,11 @@ def test_fp16_scales_its_loss_skips_a_poisoned_update_and_reads_nothing_on_the_h
     fp16 = PPO(PPOConfig(height=6, width=6, num_envs=32, num_steps=8, hidden=16, seed=4, precision="fp16"))
     matmuls = []
     fp16.model.actor[-1].register_forward_hook(lambda module, args, out: matmuls.append(out.dtype))
-    fp16._collect()
+    fp16.collect()
     assert set(matmuls) == {torch.float16} and fp16.logprobs.dtype == torch.float32
     assert fp16.optimizer.defaults["fused"] and fp16.scaler.get_scale() == 2.0**16
     before = [p.detach().clone() for p in fp16.model.parameters()]
-    report = audit_syncs(fp16._update, "cpu")
+    report = audit_syncs(fp16.update, "cpu")
     assert report.total == 0, report
     assert not torch.equal(before[0], next(fp16.model.parameters()))  # it learns
     fp16.advantages[0, 0] = float("nan")  # a poisoned rollout: every minibatch that holds it is skipped
@@ -156,10 +156,10 @@ def test_target_kl_stops_the_update_after_the_epoch_that_moved_the_policy_too_fa
         ppo = PPO(PPOConfig(**settings, target_kl=target_kl))
         calls = []
         ppo.optimizer.register_step_post_hook(lambda optimizer, args, kwargs: calls.append(1))
-        ppo._collect()
+        ppo.collect()
         idx = torch.arange(64)
         assert ppo._approx_kl(idx).item() == pytest.approx(0.0, abs=1e-6)  # no step yet: the same policy
-        ppo._update()
+        ppo.update()
         assert ppo._approx_kl(idx).item() > 1e-9
         epochs[target_kl] = len(calls) // ppo.config.num_minibatches
     assert epochs == {None: 6, 1e-9: 1}
@@ -181,7 +181,7 @@ def test_truncated_games_bootstrap_and_terminated_games_do_not():
         return out
 
     ppo.env.step = spy
-    ppo._collect()
+    ppo.collect()
     assert seen["truncated"] > 0 and seen["terminated"] > 0
     # The last step's stored reward equals env reward + gamma * V(final_obs) * truncated.
     obs, reward, terminated, truncated, info = spy.last

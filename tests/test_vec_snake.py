@@ -280,11 +280,11 @@ def test_compiled_step_gives_the_same_results_as_the_eager_step(obs_type):
     boolean-mask indexing or nonzero in the step would all break the graph."""
     eager = VecSnake(64, 6, 6, obs_type=obs_type, seed=4, check_action_values=False)
     compiled_env = VecSnake(64, 6, 6, obs_type=obs_type, seed=4, check_action_values=False)
-    compiled_step = torch.compile(compiled_env._step, fullgraph=True)
+    compiled_step = torch.compile(compiled_env.step_tensors, fullgraph=True)
     actions = torch.randint(0, 3, (60, 64), generator=torch.Generator().manual_seed(2))
     saw_done = False
     for a in actions:
-        want = eager._step(a)
+        want = eager.step_tensors(a)
         got = compiled_step(a)
         for w, g in zip(want[:4], got[:4]):
             assert torch.equal(w, g)

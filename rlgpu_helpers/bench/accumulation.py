@@ -259,7 +259,7 @@ def ppo_update_difference(accumulation_steps: int, dtype: torch.dtype = torch.fl
         learner = ppo_with_rollout(dtype, **{**PPO_DEMO, **config, "accumulation_steps": k})
         before = torch.cat([p.detach().flatten() for p in learner.model.parameters()]).clone()
         torch.manual_seed(learner.config.seed)  # the same minibatch shuffles for both
-        learner._update()
+        learner.update()
         changes.append(torch.cat([p.detach().flatten() for p in learner.model.parameters()]) - before)
     return float((changes[1] - changes[0]).abs().max()) / float(changes[0].abs().max())
 

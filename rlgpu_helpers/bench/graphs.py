@@ -131,7 +131,7 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
     if part == "env":
         env = VecSnake(num_envs, device=device, seed=0, check_action_values=False)
         actions = torch.randint(0, NUM_ACTIONS, (num_envs,), generator=torch.Generator().manual_seed(0)).to(device)
-        fn, args = env._step, (actions,)
+        fn, args = env.step_tensors, (actions,)
     elif part == "acting":
         obs = learner.next_obs.clone()
 
@@ -140,8 +140,8 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
                 return learner.act(obs)
         args = (obs,)
     else:
-        learner._collect()
-        fn, args = learner._minibatch_update, (torch.randperm(num_envs * NUM_STEPS, device=device),)
+        learner.collect()
+        fn, args = learner.minibatch_update, (torch.randperm(num_envs * NUM_STEPS, device=device),)
     if mode == EAGER:
         return (lambda: fn(*args)), None
     if mode in (COMPILED, REDUCE):

@@ -220,7 +220,7 @@ class PPO:
         self._rollout_fn = with_launch_settings(self._rollout_step_at, dev, **launches)
         self._gae_fn = with_launch_settings(self._gae, dev, **launches)
         # backward and the optimizer step break the update's graph
-        self._update_fn = with_launch_settings(self._minibatch_update, dev, **launches, fullgraph=False)
+        self._update_fn = with_launch_settings(self.minibatch_update, dev, **launches, fullgraph=False)
 
     def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
         """One rollout and one update; returns the scores of games that finished (on the CPU).
@@ -231,14 +231,14 @@ class PPO:
         if c.anneal_lr:
             set_learning_rate(self.optimizer, c.learning_rate * max(1.0 - budget_used, 0.0))
         with self._matmul_precision():
-            self._collect()
-            self._update()
+            self.collect()
+            self.update()
         self.env_steps += c.num_steps * c.num_envs
         self.iterations += 1
         scores = torch.where(self.finished, self.scores, -1).cpu()  # the one host read per iteration
         return scores[scores >= 0]
 
-    def _collect(self):
+    def collect(self):
         c = self.config
         with torch.inference_mode():
             with self._forward():  # rated by the critic as it is now
@@ -301,7 +301,7 @@ class PPO:
             return contextlib.nullcontext()
         return precision_context(self.config.precision, self.device)
 
-    def _update(self):
+    def update(self):
         c = self.config
         batch = c.num_envs * c.num_steps
         minibatch = batch // c.num_minibatches
@@ -313,7 +313,7 @@ class PPO:
             if c.target_kl is not None and self._approx_kl(idx).item() > c.target_kl:
                 break  # the one host read of an update, once per epoch, only with target_kl
 
-    def _minibatch_update(self, idx: torch.Tensor) -> torch.Tensor:
+    def minibatch_update(self, idx: torch.Tensor) -> torch.Tensor:
         """One optimizer step on the minibatch ``idx`` (accumulated over ``accumulation_steps``); returns the loss."""
         c = self.config
         return accumulated_step(self.optimizer, self._minibatch_loss(idx), idx, accumulation_steps=c.accumulation_steps,
@@ -375,7 +375,7 @@ class PPO:
                            normalize_advantages_over: str = "minibatch") -> torch.Tensor:
         """Set every ``.grad`` to the gradient of PPO's loss on minibatch ``idx``, and return the loss.
 
-        ``idx`` indexes the flattened rollout of the last ``_collect`` (``num_steps * num_envs``
+        ``idx`` indexes the flattened rollout of the last ``collect`` (``num_steps * num_envs``
         transitions). The gradient is accumulated over ``accumulation_steps`` micro-batches
         (default: the config's), exactly as an update does it, but neither clipped nor applied:
         notebook 07 and the tests compare it across accumulation steps. For
@@ -413,7 +413,7 @@ def ppo_with_rollout(dtype: torch.dtype = torch.float64, **config) -> PPO:
     """A PPO learner (``PPOConfig(**config)``) that has collected one rollout, its model and the
     rollout's float tensors then converted to ``dtype`` for comparing updates."""
     learner = PPO(PPOConfig(**config))
-    learner._collect()
+    learner.collect()
     learner.model.to(dtype)
     for name in ("obs", "logprobs", "rewards", "values", "advantages", "returns"):
         setattr(learner, name, getattr(learner, name).to(dtype))

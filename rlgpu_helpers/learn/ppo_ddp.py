@@ -91,10 +91,10 @@ class DistributedPPO(PPO):
         self.env_steps += (self.world_size - 1) * self.config.num_steps * self.config.num_envs
         return scores
 
-    def _minibatch_update(self, idx: torch.Tensor) -> torch.Tensor:
+    def minibatch_update(self, idx: torch.Tensor) -> torch.Tensor:
         """PPO's update, its micro-batches but the last inside DDP's ``no_sync``: one all-reduce per step."""
         with sync_last_micro_batch_only(self.model.no_sync):
-            return super()._minibatch_update(idx)
+            return super().minibatch_update(idx)
 
     def _mean_over_learners(self, value: torch.Tensor) -> torch.Tensor:
         """``value`` averaged over the ranks: the same number on every rank."""
@@ -248,8 +248,8 @@ def measure_iterations(config: PPOConfig, *, repeats: int = 5) -> dict | None:
     seconds and IQRs and the global env steps per iteration; the others None."""
     learner = DistributedPPO(config)
     timings = {part: time_callable(fn, warmup=1, repeats=repeats, device=learner.device)
-               for part, fn in (("iteration", learner.iterate), ("rollout", learner._collect),
-                                ("update", learner._update))}
+               for part, fn in (("iteration", learner.iterate), ("rollout", learner.collect),
+                                ("update", learner.update))}
     if learner.rank:
         return None
     return {"world_size": learner.world_size, "backend": dist.get_backend(), "device": learner.device.type,

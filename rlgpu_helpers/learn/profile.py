@@ -48,7 +48,7 @@ def profile_ppo(learner, iterations: int = 3, trace_path: str | Path | None = No
     wait, warmup = check_int("wait", wait, 0), check_int("warmup", warmup, 0)
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if learner.device.type == "cuda" else [])
-    targets = ((learner.env, "step", "env"), (learner, "_collect", "rollout"), (learner, "_update", "learn"))
+    targets = ((learner.env, "step", "env"), (learner, "collect", "rollout"), (learner, "update", "learn"))
     for owner, method, label in targets:
         setattr(owner, method, _labelled(getattr(owner, method), label))
     try:

@@ -330,15 +330,15 @@ class VecSnake(VectorEnv):
         """Advance every game one step; see the class docstring for what comes back."""
         check_action_tensor(actions, self.num_envs, self.device)
         if not self.check_action_values:
-            return self._step(actions)
+            return self.step_tensors(actions)
         self._bad_actions.raise_if_failed()  # an earlier step's bad action, once the host has the note
         safe = actions.clamp(0, rules.NUM_ACTIONS - 1)
         frozen = self._bad_actions.record(safe != actions, actions)
-        outputs = self._step(safe, frozen)
+        outputs = self.step_tensors(safe, frozen)
         self._bad_actions.raise_if_failed()  # this step's, where the host has the note at once (a CPU)
         return outputs
 
-    def _step(self, actions: torch.Tensor, frozen: torch.Tensor | None = None):
+    def step_tensors(self, actions: torch.Tensor, frozen: torch.Tensor | None = None):
         """The step itself: no host synchronization. ``frozen`` (a 0-d bool) stops every game."""
         stamps, ring, row_free = self._stamp.view(-1), self._ring.view(-1), self._row_free.view(-1)
         direction = self._turned.index_select(0, self._direction * rules.NUM_ACTIONS + actions)
