@@ -125,7 +125,7 @@ def step_env(fc: FakeCuda, obs_type: str, captured: bool = False, checked: bool 
     """``STEPS`` steps of 8 games; ``captured``: ``env.step`` (checked) or ``env.step_tensors`` in a ``CapturedStep``."""
     env = VecSnake(8, **SIZE, obs_type=obs_type, device="cuda", seed=0, check_action_values=checked)
     actions = torch.randint(0, 3, (8,), device="cuda")
-    fc.count_calls(VecSnake, "_step")
+    fc.count_calls(VecSnake, "step_tensors")
     step = env.step if checked else env.step_tensors
     if captured:
         step = CapturedStep(step, "cuda")
@@ -146,7 +146,7 @@ def capture_checked_step(fc: FakeCuda) -> dict:
     """``VecSnake.step`` with its action check, captured: refused, with the way out in the message."""
     env = VecSnake(8, **SIZE, device="cuda", seed=0)
     actions = torch.randint(0, 3, (8,), device="cuda")
-    fc.count_calls(VecSnake, "_step")
+    fc.count_calls(VecSnake, "step_tensors")
     step = CapturedStep(env.step, "cuda")
     with fc.hot("VecSnake.step"):
         step(actions), step(actions)  # the warm-ups run eagerly
@@ -168,7 +168,7 @@ def iterate_ppo(fc: FakeCuda, iterations: int = 1, **settings) -> dict:
     ppo = PPO(PPOConfig(**PPO_SIZES, device="cuda", **settings))
     dtypes = set()
     ppo.model.actor.register_forward_hook(lambda module, inputs, output: dtypes.add(str(output.dtype)))
-    fc.count_calls(VecSnake, "_step")
+    fc.count_calls(VecSnake, "step_tensors")
     for _ in range(iterations):
         with fc.hot("PPO.iterate"):
             ppo.iterate(0.5)
@@ -181,7 +181,7 @@ def resume_ppo(fc: FakeCuda) -> None:
     first.iterate(0.5)  # Adam has its state after the warm-up updates
     resumed = PPO(PPOConfig(**PPO_SIZES, device="cuda", cuda_graphs=True))
     resumed.load_state_dict(round_trip(fc, first.state_dict()))
-    fc.count_calls(VecSnake, "_step")
+    fc.count_calls(VecSnake, "step_tensors")
     for _ in range(3):
         with fc.hot("PPO.iterate, resumed"):
             resumed.iterate(0.5)
@@ -236,7 +236,7 @@ CASES["PPO features fp16, cuda_graphs"] = Case(
 def iterate_dqn(fc: FakeCuda, **settings) -> None:
     """One ``DQN.iterate`` (4 vector steps, 3 of them learning) in the hot loop."""
     dqn = DQN(DQNConfig(**DQN_SIZES, device="cuda", **settings))
-    fc.count_calls(VecSnake, "_step")
+    fc.count_calls(VecSnake, "step_tensors")
     fc.count_calls(DQN, "_learn")
     with fc.hot("DQN.iterate"):
         dqn.iterate(0.5)
@@ -282,7 +282,7 @@ def plant_host_tensor_in_rollout(fc: FakeCuda) -> None:
 
     fc.replace(PPO, "act", act_with_host_index)
     ppo = PPO(PPOConfig(**PPO_SIZES, device="cuda"))
-    fc.count_calls(VecSnake, "_step")
+    fc.count_calls(VecSnake, "step_tensors")
     with fc.hot("PPO rollout"):
         ppo.collect()
 
@@ -296,7 +296,7 @@ def plant_item_in_step(fc: FakeCuda) -> None:
         self.total_reward = getattr(self, "total_reward", 0.0) + outputs[1].sum().item()  # planted: a sync
         return outputs
 
-    fc.replace(VecSnake, "_step", step_with_item)
+    fc.replace(VecSnake, "step_tensors", step_with_item)
     step_env(fc, "features")
 
 
