@@ -29,7 +29,7 @@ def quick(monkeypatch):
 @pytest.fixture
 def half_a_second(monkeypatch):
     """Timed runs take 0.5, 1 and 2 s: figures follow from the work formulas and the fastest run."""
-    monkeypatch.setattr(ceilings, "time_callable", lambda fn, **kwargs: Timing((0.5, 1.0, 2.0)))
+    monkeypatch.setattr(ceilings, "time_sized", lambda fn, run_s, **kwargs: Timing((0.5, 1.0, 2.0)))
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ def test_asking_only_for_pinned_variants_on_a_cpu_measures_nothing_and_says_so(c
 
 
 def test_bandwidth_is_bytes_over_the_median_time_with_the_iqr_of_the_rates(monkeypatch):
-    monkeypatch.setattr(transfers, "time_callable", lambda fn, **kwargs: Timing((0.5, 1.0, 2.0)))
+    monkeypatch.setattr(transfers, "time_sized", lambda fn, run_s, **kwargs: Timing((0.5, 1.0, 2.0)))
     record, = transfer_bandwidth("cpu", sizes=(2**20,), progress=False)
     gb = 2**20 / 1e9
     assert record.value == pytest.approx(gb / 1.0)

@@ -52,7 +52,7 @@ from ..gpu.accumulate import (
 from ..gpu.memory import peak_memory
 from ..learn.nets import QNetwork
 from ..learn.ppo import ppo_with_rollout
-from ..measure.records import Record, check_records
+from ..measure.records import Record, select
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
 from ..snake.vec import VecSnake
@@ -365,7 +365,7 @@ def measure_accumulation(device: str | torch.device | None = None, progress: boo
 def cost_table(records: Sequence[Record]) -> Table:
     """Peak memory and time per update against K, per machine and network, each also as a
     multiple of the same machine's K = 1 (the full batch in one piece)."""
-    records = [r for r in check_records(records) if r.name == NAME]
+    records = select(records, name=NAME)
     groups = {}
     for r in records:
         key = (r.machine, r.variant, r.params["batch"])

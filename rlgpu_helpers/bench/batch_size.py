@@ -20,7 +20,6 @@ the guides' statements beside GPU records (from this run or ``data/reference/``)
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -41,9 +40,9 @@ from ..learn.ppo import PPO, PPOConfig
 from ..learn.tune import suggested_settings
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.plots import plot_records
-from ..measure.records import Record, check_records
+from ..measure.records import Record, check_records, select
 from ..measure.table import Table, format_number
-from ..measure.timing import time_callable
+from ..measure.timing import rate
 from ..snake import rules
 
 NAME = "batch_update"
@@ -111,11 +110,8 @@ def default_budget_bytes() -> int:
 
 def _rate(step: UpdateStep, batch: int, device: torch.device) -> tuple[float, float]:
     """Samples/s of ``step(batch)`` and its spread (IQR), runs of about 0.2 s each."""
-    probe = time_callable(lambda: step(batch), warmup=1, repeats=1, device=device).median
-    number = max(1, math.ceil(pick(full=0.2, quick=0.02) / max(probe, 1e-9)))
-    timing = time_callable(lambda: step(batch), warmup=1, repeats=pick(full=5, quick=3), number=number,
-                           device=device)
-    return timing.rate(batch)
+    return rate(lambda: step(batch), batch, pick(full=0.2, quick=0.02), warmup=1, repeats=pick(full=5, quick=3),
+                device=device)
 
 
 def batch_sweep(device: str | torch.device | None = None, *, networks=tuple(NETWORKS), batch_sizes=None,
@@ -236,7 +232,7 @@ def max_batch_search(device: str | torch.device | None = None, sweep: Sequence[R
 
 def max_batch_table(records: Sequence[Record]) -> Table:
     """Per machine and network: the limit, the largest batch found, the prediction, how far apart."""
-    found = [r for r in check_records(records) if r.name == MAX_NAME and r.metric == "largest fit"]
+    found = select(records, name=MAX_NAME, metric="largest fit")
     rows = []
     for r in found:
         same = {o.metric: o.value for o in check_records(records) if o.name == MAX_NAME and o.machine == r.machine
@@ -255,7 +251,7 @@ def max_batch_table(records: Sequence[Record]) -> Table:
 def sweep_table(records: Sequence[Record]) -> Table:
     """Per machine, network and batch: samples/s (± IQR), peak memory, and memory per sample."""
     rows = []
-    for r in sorted((r for r in check_records(records) if r.name == NAME and r.metric == "throughput"),
+    for r in sorted(select(records, name=NAME, metric="throughput"),
                     key=lambda r: (r.machine, r.variant, r.params["batch_size"])):
         peak = next((o.value for o in records if o.name == NAME and o.metric == "peak memory"
                      and o.machine == r.machine and o.variant == r.variant and o.params == r.params), None)
@@ -271,7 +267,7 @@ def plot_sweep(records: Sequence[Record], metric: str, this_machine: str | None 
     """``plot_records`` of one metric against the batch, with a dotted line where each of
     ``this_machine``'s networks stops growing (:func:`saturation_batch`)."""
     check_choices("metric", metric, ("throughput", "peak memory"))
-    chosen = [r for r in check_records(records) if r.name == NAME and r.metric == metric]
+    chosen = select(records, name=NAME, metric=metric)
     title = {"throughput": "One update step: samples/s against batch size",
              "peak memory": "One update step: peak memory against batch size"}[metric]
     fig = plot_records(chosen, "batch_size", xlabel="batch size (samples)", title=title, this_machine=this_machine)

@@ -15,7 +15,6 @@ layer 1 wide), moving its bytes at the memory ceiling, and its FLOP at the arith
 """
 
 import dataclasses
-import math
 
 import torch
 from tqdm.auto import tqdm
@@ -25,7 +24,7 @@ from ..core.config import pick
 from ..core.device import get_device, machine_of, native_half_dtypes
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
-from ..measure.timing import time_callable
+from ..measure.timing import time_sized
 
 _MIB = 2**20
 
@@ -37,9 +36,7 @@ def _rate(fn, work: float, device: torch.device) -> tuple[float, float]:
     a run down, so the fastest run estimates it best. Each run repeats ``fn()`` long enough to be
     timed well.
     """
-    probe = time_callable(fn, warmup=1, repeats=1, device=device).median
-    number = max(1, math.ceil(pick(full=0.2, quick=0.01) / max(probe, 1e-9)))
-    timing = time_callable(fn, warmup=0, repeats=pick(full=5, quick=3), number=number, device=device)
+    timing = time_sized(fn, pick(full=0.2, quick=0.01), warmup=0, repeats=pick(full=5, quick=3), device=device)
     return work / timing.min, timing.rate(work)[1]
 
 

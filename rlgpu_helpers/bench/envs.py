@@ -58,7 +58,6 @@ Notebook 04 adds the GPU side:
 from __future__ import annotations
 
 import dataclasses
-import math
 import mmap
 import statistics
 from collections.abc import Callable, Sequence
@@ -79,9 +78,9 @@ from ..core.config import pick
 from ..core.device import get_device, logical_cores, machine_of
 from ..gpu.memory import try_to_fit
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
-from ..measure.records import Record
+from ..measure.records import Record, check_records, select
 from ..measure.table import Table, format_number
-from ..measure.timing import time_callable
+from ..measure.timing import rate
 from ..snake import rules
 from ..snake.cpu_vector import VECTOR_KINDS, make_cpu_vector_env
 from ..snake.env import SnakeEnv
@@ -216,10 +215,7 @@ def _steps_per_second(step: Callable[[], object], steps_per_call: int,
 
     Three probe calls (after a warm-up call) size each run to about ``_run_seconds()``.
     """
-    probe = time_callable(step, warmup=1, repeats=3, device=device).median
-    number = max(1, math.ceil(_run_seconds() / max(probe, 1e-9)))
-    timing = time_callable(step, warmup=min(number, 10), repeats=_repeats(), number=number, device=device)
-    return timing.rate(steps_per_call)
+    return rate(step, steps_per_call, _run_seconds(), probes=3, repeats=_repeats(), device=device)
 
 
 def _measure(make, timed_on: torch.device) -> tuple[float, float]:
@@ -482,12 +478,9 @@ NO_GPU_RECORD = ("no GPU record, from this run or in data/reference/ "
                  "(notebook 04 measures VecSnake on a GPU)")
 
 
-def env_step_records(records, name: str) -> list[Record]:
-    records = list(records)
-    bad = [r for r in records if not isinstance(r, Record)]
-    if bad:
-        raise TypeError(f"{name} must hold only Record objects, not {bad[0]!r}")
-    return [r for r in records if r.name == NAME and r.metric == METRIC and r.unit == UNIT]
+def env_step_records(records, what: str) -> list[Record]:
+    """The env steps/s records among ``records`` (``what`` names them in errors)."""
+    return select(check_records(records, what), name=NAME, metric=METRIC, unit=UNIT)
 
 
 def spread_or_zero(record: Record) -> float:
@@ -499,8 +492,7 @@ def _describe(record: Record) -> str:
 
 
 def _at(records: list[Record], variant: str, num_envs: int, device: str | None = None) -> list[Record]:
-    return [r for r in records if r.variant == variant and r.params.get("num_envs") == num_envs
-            and (device is None or r.params.get("device") == device)]
+    return select(records, variant=variant, num_envs=num_envs, **({} if device is None else {"device": device}))
 
 
 def gpu_per_machine(records: list[Record], num_envs: int) -> dict[str, Record]:

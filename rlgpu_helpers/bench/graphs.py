@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 
@@ -41,7 +40,7 @@ from ..learn.ppo import PPO, PPOConfig
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
-from ..measure.timing import time_callable
+from ..measure.timing import time_sized
 from ..snake.rules import NUM_ACTIONS
 from ..snake.vec import VecSnake
 
@@ -87,10 +86,8 @@ def op_time_by_size(device: str | torch.device | None = None, *, sizes=None) -> 
     label, records = machine_of(device), []
     for n in sizes:
         a, b = torch.ones(n, device=device), torch.ones(n, device=device)
-        probe = time_callable(lambda: a + b, warmup=3, repeats=3, device=device).median
-        number = max(1, math.ceil(pick(full=0.05, quick=0.005) / max(probe, 1e-9)))
-        timing = time_callable(lambda: a + b, warmup=min(number, 50), repeats=pick(full=5, quick=3), number=number,
-                               device=device)
+        timing = time_sized(lambda: a + b, pick(full=0.05, quick=0.005), probes=3, repeats=pick(full=5, quick=3),
+                            device=device)
         records.append(Record(OP_NAME, "a + b", "time per call", timing.median * 1e6, "µs",
                               {"elements": n, "device": device.type}, timing.iqr * 1e6, label))
     return records
@@ -181,9 +178,7 @@ def step_records(device: str | torch.device | None = None, *, parts=None, modes=
             print(f"{skipped}: not timed.")
             torch._dynamo.reset()
             continue
-        probe = time_callable(call, warmup=1, repeats=1, device=device).median
-        number = max(1, math.ceil(pick(full=0.1, quick=0.02) / max(probe, 1e-9)))
-        timing = time_callable(call, warmup=1, repeats=pick(full=5, quick=3), number=number, device=device)
+        timing = time_sized(call, pick(full=0.1, quick=0.02), warmup=1, repeats=pick(full=5, quick=3), device=device)
         params = {"part": part, "num_envs": n, "device": device.type}
         records.append(Record(NAME, mode, "time per call", timing.median * 1e6, "µs", params, timing.iqr * 1e6,
                               label))

@@ -32,7 +32,6 @@ What is measured, and how:
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 import torch
@@ -42,9 +41,9 @@ from ..core.checks import check_choices, check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of
 from ..gpu.launches import count_launches, traffic_bytes
-from ..measure.records import Record, check_records
+from ..measure.records import Record, check_records, select
 from ..measure.table import Table, format_number
-from ..measure.timing import time_callable
+from ..measure.timing import time_sized
 from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
 from ..snake.vec import VecSnake
 
@@ -75,10 +74,7 @@ def op_latency(device: str | torch.device | None = None, *, machine: str | None 
     b = torch.ones(1, device=device)
     records = []
     for variant, fn in ((TINY_OP, lambda: a + b), (ROUND_TRIP, lambda: (a + b).item())):
-        probe = time_callable(fn, warmup=3, repeats=3, device=device).median
-        number = max(1, math.ceil(pick(full=0.1, quick=0.005) / max(probe, 1e-9)))
-        timing = time_callable(fn, warmup=min(number, 100), repeats=pick(full=7, quick=3), number=number,
-                               device=device)
+        timing = time_sized(fn, pick(full=0.1, quick=0.005), probes=3, repeats=pick(full=7, quick=3), device=device)
         records.append(Record(LATENCY_NAME, variant, "time per call", timing.min * 1e6, "µs",
                               {"device": device.type}, timing.iqr * 1e6, label))
     return records
@@ -244,10 +240,8 @@ def reference_ceilings(records: Sequence[Record], variant: str = "VecSnake featu
 
 
 def _matching(throughput: Sequence[Record], ceilings: Ceilings) -> list[Record]:
-    return sorted((r for r in check_records(throughput)
-                   if r.name == "env_step" and r.variant == ceilings.profile.variant
-                   and r.machine == ceilings.machine and r.params.get("device") == ceilings.profile.device),
-                  key=lambda r: r.params["num_envs"])
+    return sorted(select(throughput, name="env_step", variant=ceilings.profile.variant, machine=ceilings.machine,
+                         device=ceilings.profile.device), key=lambda r: r.params["num_envs"])
 
 
 def ceiling_records(throughput: Sequence[Record], ceilings: Ceilings) -> list[Record]:

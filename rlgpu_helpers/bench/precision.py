@@ -38,9 +38,9 @@ from ..learn.train_step import TrainStep, step_flops
 from ..learn.training import train
 from ..learn.tune import suggested_settings
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
-from ..measure.records import Record, check_records
+from ..measure.records import Record, check_records, select
 from ..measure.table import Table, format_number
-from ..measure.timing import time_callable
+from ..measure.timing import time_sized
 
 NAME = "precision_step"
 MEMORY_NAME = "precision_memory"
@@ -92,9 +92,7 @@ def step_records(device: str | torch.device | None = None, *, hiddens=None, batc
             skipped.add(precision)
             continue
         step = TrainStep(precision, hidden, batch_size, device)
-        probe = time_callable(step, warmup=2, repeats=1, device=device).median
-        number = max(1, math.ceil(pick(full=0.1, quick=0.01) / max(probe, 1e-9)))
-        timing = time_callable(step, warmup=number, repeats=pick(full=5, quick=3), number=number, device=device)
+        timing = time_sized(step, pick(full=0.1, quick=0.01), repeats=pick(full=5, quick=3), device=device)
         params = {"hidden": hidden, "batch_size": batch_size, "device": device.type}
         records.append(Record(NAME, precision, "step time", timing.median * 1e3, "ms", params, timing.iqr * 1e3, label))
         peak = peak_memory(step, device) + step.standing_bytes()
@@ -231,13 +229,8 @@ def measure_precision(device: str | torch.device | None = None, progress: bool =
 
 # ---------------------------------------------------------------------------- reading the records
 
-def _steps(records) -> list[Record]:
-    return [r for r in check_records(records) if r.name == NAME]
-
-
 def _at(records: list[Record], machine: str, device: str, hidden: int, precision: str) -> Record | None:
-    return next((r for r in records if r.machine == machine and r.params["device"] == device
-                 and r.params["hidden"] == hidden and r.variant == precision), None)
+    return next(iter(select(records, machine=machine, device=device, hidden=hidden, variant=precision)), None)
 
 
 def _setups(records: list[Record]) -> list[tuple[str, str]]:
@@ -247,7 +240,7 @@ def _setups(records: list[Record]) -> list[tuple[str, str]]:
 def step_table(records: Sequence[Record]) -> Table:
     """Per machine, device and width: the work of a step, each precision's time and speedup over fp32,
     fp32's achieved GFLOP/s."""
-    steps = _steps(records)
+    steps = select(records, name=NAME)
     precisions = [p for p in PRECISIONS if any(r.variant == p for r in steps)]
     rows = []
     for machine, device in _setups(steps):
@@ -269,7 +262,7 @@ def step_table(records: Sequence[Record]) -> Table:
 
 def memory_table(records: Sequence[Record]) -> Table:
     """Memory of a step per width and precision, and fp32's over each (how many times smaller)."""
-    memory = [r for r in check_records(records) if r.name == MEMORY_NAME]
+    memory = select(records, name=MEMORY_NAME)
     precisions = [p for p in PRECISIONS if any(r.variant == p for r in memory)]
     rows = []
     for machine, device in _setups(memory):
@@ -292,7 +285,7 @@ def small_net_summary(records: Sequence[Record]) -> list[str]:
     Work that grows many times while the time barely moves means the step is paying a fixed cost
     per call (Python, kernel launches, the optimizer's loop), not arithmetic.
     """
-    steps, lines = _steps(records), []
+    steps, lines = select(records, name=NAME), []
     for machine, device in _setups(steps):
         hiddens = sorted({r.params["hidden"] for r in steps if r.machine == machine and r.variant == "fp32"})
         if len(hiddens) < 2:
@@ -306,7 +299,7 @@ def small_net_summary(records: Sequence[Record]) -> list[str]:
 
 def target_checks(records: Sequence[Record]) -> Table:
     """The lesson's GPU target on each GPU machine: bf16 ≥ ``TARGET_SPEEDUP`` x fp32 at every width ≥ ``TARGET_HIDDEN``."""
-    steps, rows = _steps(records), []
+    steps, rows = select(records, name=NAME), []
     for machine, device in _setups(steps):
         if device != "cuda":
             continue
@@ -355,8 +348,8 @@ def precision_claim_checks(records: Sequence[Record], reference: Sequence[Record
     * "amp-memory": fp32's memory over the 16-bit precision's, at the widest width, on every
       machine (bf16 on a CPU, the smaller of bf16 and fp16 on a GPU).
     """
-    steps = _steps(list(records) + list(reference))
-    memory = [r for r in check_records(list(records) + list(reference)) if r.name == MEMORY_NAME]
+    everything = list(records) + list(reference)
+    steps, memory = select(everything, name=NAME), select(everything, name=MEMORY_NAME)
     gpus = [(m, d) for m, d in _setups(steps) if d == "cuda"]
     checks = []
     for key, formats in SPEED_CLAIMS.items():
@@ -388,7 +381,7 @@ def precision_claim_checks(records: Sequence[Record], reference: Sequence[Record
 
 def ppo_table(records: Sequence[Record]) -> Table:
     """Per machine and variant (:data:`LEARNING_VARIANTS`): env steps per run, seeds, the final mean score ± its spread across seeds, env steps/s."""
-    ppo = [r for r in check_records(records) if r.name == PPO_NAME]
+    ppo = select(records, name=PPO_NAME)
     rows = []
     for machine, device, precision in dict.fromkeys((r.machine, r.params["device"], r.variant) for r in ppo):
         mine = {r.metric: r for r in ppo if (r.machine, r.params["device"], r.variant) == (machine, device, precision)}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import tempfile
 import time
 from collections.abc import Sequence
@@ -40,9 +39,9 @@ from ..core.device import get_device, machine_of, synchronize
 from ..gpu.sync import audit_syncs
 from ..learn.dqn import DQN, DQNConfig
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
-from ..measure.records import Record, check_records
+from ..measure.records import Record, select
 from ..measure.table import Table, format_number
-from ..measure.timing import time_callable
+from ..measure.timing import rate
 from ..replay import KINDS, make_buffer
 from ..snake import rules
 
@@ -162,11 +161,8 @@ def _quiet_torchrl():
 
 def _rate(sample, batch_size: int, device: torch.device) -> tuple[float, float]:
     """Samples/s of ``sample(batch_size)`` and its spread (IQR), runs of about 0.2 s each."""
-    probe = time_callable(lambda: sample(batch_size), warmup=2, repeats=3, device=device).median
-    number = max(1, math.ceil(pick(full=0.2, quick=0.01) / max(probe, 1e-9)))
-    timing = time_callable(lambda: sample(batch_size), warmup=min(number, 10), repeats=pick(full=7, quick=3),
-                           number=number, device=device)
-    return timing.rate(batch_size)
+    return rate(lambda: sample(batch_size), batch_size, pick(full=0.2, quick=0.01), probes=3,
+                repeats=pick(full=7, quick=3), device=device)
 
 
 def sampling_throughput(device: str | torch.device | None = None, *, kinds=None, batch_sizes=None,
@@ -295,20 +291,15 @@ def buffer_sync_table(device: str | torch.device | None = None, *, kinds=AUDITED
 
 # ---------------------------------------------------------------------------- reading the records
 
-def _sampling(records) -> list[Record]:
-    return [r for r in check_records(records) if r.name == NAME]
-
-
 def _rate_at(records: list[Record], variant: str, batch_size: int, machine: str,
              device: str | None = None) -> Record | None:
-    return next((r for r in records if r.variant == variant and r.machine == machine
-                 and r.params.get("batch_size") == batch_size
-                 and (device is None or r.params.get("device") == device)), None)
+    where = {} if device is None else {"device": device}
+    return next(iter(select(records, variant=variant, machine=machine, batch_size=batch_size, **where)), None)
 
 
 def sampling_table(records: Sequence[Record]) -> Table:
     """Samples/s per buffer (rows) and batch size (columns), for each machine and device."""
-    sampling = _sampling(records)
+    sampling = select(records, name=NAME)
     batch_sizes = sorted({r.params["batch_size"] for r in sampling})
     rows = []
     for machine, device, variant in dict.fromkeys((r.machine, r.params["device"], r.variant) for r in sampling):
@@ -323,7 +314,7 @@ def sampling_table(records: Sequence[Record]) -> Table:
 
 def memory_table(records: Sequence[Record]) -> Table:
     """MiB each buffer's storage takes, by place, and per stored transition (bytes)."""
-    memory = [r for r in check_records(records) if r.name == MEMORY_NAME]
+    memory = select(records, name=MEMORY_NAME)
     rows = [[r.machine, r.variant, r.params["place"], format_number(r.value),
              format_number(r.value * 2**20 / r.params["capacity"])] for r in memory]
     return Table(["machine", "buffer", "where", "storage (MiB)", "per transition (bytes)"], rows,
@@ -339,7 +330,7 @@ def target_checks(records: Sequence[Record]) -> Table:
       measured (when TorchRL was);
     * on a GPU: :data:`GPU_TARGETS` at :data:`GPU_TARGET_BATCH`.
     """
-    sampling = _sampling(records)
+    sampling = select(records, name=NAME)
     rows = []
 
     def row(target, top, bottom, at_least):
@@ -383,7 +374,7 @@ def replay_claim_checks(records: Sequence[Record], reference: Sequence[Record] =
     ``records`` come first, then ``reference`` (a machine is judged once). A CPU answers
     neither: where no GPU record is found, the check says so and has no verdict.
     """
-    sampling = _sampling(list(records) + list(reference))
+    sampling = select(list(records) + list(reference), name=NAME)
     machines = list(dict.fromkeys(r.machine for r in sampling if r.params.get("device") == "cuda"))
     checks = []
     for key, kind in (("pinned-replay", "pinned"), ("replay-on-gpu", "tensor")):
@@ -405,7 +396,7 @@ def replay_claim_checks(records: Sequence[Record], reference: Sequence[Record] =
 
 def dqn_table(records: Sequence[Record]) -> Table:
     """DQN env steps/s with each buffer, and against ``TensorReplayBuffer`` on the same machine."""
-    dqn = [r for r in check_records(records) if r.name == DQN_NAME]
+    dqn = select(records, name=DQN_NAME)
     rows = []
     for r in dqn:
         base = next((b for b in dqn if b.machine == r.machine and b.params == r.params

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import torch
 
 from ..measure.records import Record
+from .ablation import measure_capstone
 from .accumulation import measure_accumulation
 from .batch_size import measure_batch_size
-from .ablation import measure_capstone
 from .ceilings import measure_ceilings
 from .ddp import measure_ddp
 from .envs import measure_env_throughput

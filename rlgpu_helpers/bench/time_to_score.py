@@ -36,7 +36,7 @@ from ..core.device import get_device, logical_cores, machine_of
 from ..learn.naive_dqn import LoopSettings, NaiveDQN
 from ..learn.training import ScoreCurve, make_learner, train
 from ..learn.tune import capstone_settings, ours_settings
-from ..measure.records import Record, check_records, load_reference
+from ..measure.records import Record, check_records, load_reference, select
 from ..measure.table import Table, format_number
 from ..snake.env import SnakeEnv
 
@@ -378,7 +378,7 @@ def chosen_on_file(device: str | torch.device | None = None, records=None) -> di
     device = get_device(device, param="device")
     machine = machine_of(device)
     records = load_reference() if records is None else check_records(records)
-    chosen = [r for r in records if (r.name, r.variant, r.machine) == (CHOICE, "chosen settings", machine)]
+    chosen = select(records, name=CHOICE, variant="chosen settings", machine=machine)
     if not chosen:
         return None
     latest = max(chosen, key=lambda r: r.date)

@@ -21,7 +21,6 @@ measured copy beside its nominal link.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -51,7 +50,7 @@ from ..gpu.transfer import (
 from ..measure.claims import CLAIMS, ClaimCheck, Verdict, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
-from ..measure.timing import time_callable
+from ..measure.timing import time_callable, time_sized
 
 _MIB = 2**20
 EARLY_READ = "non_blocking_read"
@@ -209,9 +208,7 @@ def transfer_bandwidth(device: str | torch.device | None = None, *, sizes=None, 
                        torch.ones(size, dtype=torch.uint8, pin_memory=True) if cuda else None,
                        torch.zeros(size, dtype=torch.uint8, device=device))
         copy = copy_of(variant, direction, *buffers)
-        probe = time_callable(copy, warmup=1, repeats=1, device=device).median
-        number = max(1, math.ceil(pick(full=0.05, quick=0.002) / max(probe, 1e-9)))
-        timing = time_callable(copy, warmup=0, repeats=pick(full=5, quick=3), number=number, device=device)
+        timing = time_sized(copy, pick(full=0.05, quick=0.002), warmup=0, repeats=pick(full=5, quick=3), device=device)
         value, spread = timing.rate(size / 1e9)
         records.append(Record(NAME, variant, "bandwidth", value, "GB/s", {"bytes": size, "direction": direction},
                               spread, machine))

@@ -25,7 +25,7 @@ from ..core.device import get_device
 from ..gpu.memory import try_to_fit
 from ..gpu.precision import PrecisionPolicy, choose_policy, device_traits
 from ..measure.table import format_number
-from ..measure.timing import time_callable
+from ..measure.timing import time_callable, time_sized
 from .ppo import PPO, PPOConfig
 from .train_step import TrainStep
 from .training import TrainingResult, make_learner, train
@@ -175,9 +175,7 @@ def bf16_speedup(device: str | torch.device | None = "cpu", *, hidden: int = 64,
     timings = {}
     for precision in ("fp32", "bf16"):
         step = TrainStep(precision, hidden, batch_size, device)
-        probe = time_callable(step, warmup=2, repeats=1, device=step.device).median
-        number = max(1, math.ceil(0.05 / max(probe, 1e-9)))
-        timings[precision] = time_callable(step, warmup=number, repeats=repeats, number=number, device=step.device)
+        timings[precision] = time_sized(step, 0.05, repeats=repeats, device=step.device)
     fp32, bf16 = timings["fp32"], timings["bf16"]
     speedup = fp32.median / bf16.median
     return speedup, speedup * math.hypot(fp32.iqr / fp32.median, bf16.iqr / bf16.median)

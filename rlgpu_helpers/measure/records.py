@@ -73,12 +73,30 @@ def _record_key(record: Record) -> tuple:
     return record.name, record.variant, record.metric, json.dumps(record.params, sort_keys=True)
 
 
-def check_records(records) -> list[Record]:
+def check_records(records, what: str = "records") -> list[Record]:
+    """``records`` as a list, or a TypeError naming ``what`` if anything in it is not a :class:`Record`."""
     records = list(records)
     bad = [record for record in records if not isinstance(record, Record)]
     if bad:
-        raise TypeError(f"records must hold only Record objects, not {bad[0]!r}")
+        raise TypeError(f"{what} must hold only Record objects, not {bad[0]!r}")
     return records
+
+
+_MISSING = object()
+
+
+def select(records, /, **where) -> list[Record]:
+    """The records whose fields or params equal every item of ``where``, in their order.
+
+    A key that names a field of :class:`Record` (``name``, ``variant``, ``metric``, ``unit``,
+    ``machine``, ...) compares that field; any other key compares ``params[key]``, and a record
+    without that param does not match. ``select(records, name="env_step", num_envs=256)``.
+    """
+    def matches(record: Record) -> bool:
+        return all((getattr(record, key) if key in _RECORD_FIELDS else record.params.get(key, _MISSING)) == value
+                   for key, value in where.items())
+
+    return [record for record in check_records(records) if matches(record)]
 
 
 def _check_command(command) -> None:

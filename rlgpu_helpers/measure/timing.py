@@ -9,6 +9,7 @@ median and interquartile range (IQR) shrug off a disturbed run.
 """
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 
@@ -97,3 +98,25 @@ def time_callable(fn: Callable[[], object], *, warmup: int = 1, repeats: int = 5
         synchronize(device)
         times.append((time.perf_counter() - start) / number)
     return Timing(tuple(times))
+
+
+def time_sized(fn: Callable[[], object], run_s: float, *, repeats: int = 5, warmup: int | None = None,
+               probes: int = 1, device: str | torch.device | None = None) -> Timing:
+    """Time ``fn()`` in runs of about ``run_s`` seconds each: probe once, then size the runs.
+
+    One warm-up call and ``probes`` timed calls estimate the time of a call; that sets
+    ``number``, the calls per run, so that each run lasts about ``run_s`` (work too short to be
+    timed alone is repeated). Then :func:`time_callable` with ``warmup`` untimed calls (default:
+    one run's worth, at most 100) and ``repeats`` runs of ``number`` calls.
+    """
+    check_number("run_s", run_s, above=0)
+    probe = time_callable(fn, warmup=1, repeats=probes, device=device).median
+    number = max(1, math.ceil(run_s / max(probe, 1e-9)))
+    warmup = min(number, 100) if warmup is None else warmup
+    return time_callable(fn, warmup=warmup, repeats=repeats, number=number, device=device)
+
+
+def rate(fn: Callable[[], object], work: float, run_s: float, **options) -> tuple[float, float]:
+    """``work`` per second of ``fn()``, the median over runs, and its IQR: :func:`time_sized`
+    (``options`` go to it), then :meth:`Timing.rate`. ``rate(step, num_envs, 0.2)`` gives steps/s."""
+    return time_sized(fn, run_s, **options).rate(work)

@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from rlgpu_helpers.measure import timing
 from rlgpu_helpers.core.files import data_dir
+from rlgpu_helpers.measure import timing
 from rlgpu_helpers.measure.plots import plot_records
 from rlgpu_helpers.measure.records import (
     FORMAT,
@@ -16,9 +16,10 @@ from rlgpu_helpers.measure.records import (
     load_reference,
     save_json,
     save_reference,
+    select,
 )
 from rlgpu_helpers.measure.table import records_table
-from rlgpu_helpers.measure.timing import Timing, time_callable
+from rlgpu_helpers.measure.timing import Timing, rate, time_callable, time_sized
 
 REPORT = {"gpu": None, "cpu": "Test CPU 9000", "logical_cores": 4}
 LABEL = "cpu-test-cpu-9000-4c"
@@ -348,3 +349,53 @@ def test_plot_records_labels_ticks_with_plain_numbers():
     assert "1,000,000" in labels and not any("e+" in text for text in labels)  # no 1e+06
     crowded = plot_records([record(1.0, n=n) for n in range(1, 30)], x="n").axes[0]  # 29 values: no tick at each
     assert len(crowded.get_xticks()) < 29
+
+
+# ---------------------------------------------------------------------------- sized runs and rates
+
+def test_time_sized_probes_once_then_sizes_each_run_to_run_s(monkeypatch):
+    calls = []
+
+    def quarter_second_calls(fn, *, warmup=1, repeats=5, number=1, device=None):
+        calls.append((warmup, repeats, number))
+        return Timing((0.25,) * repeats)  # every call takes 0.25 s
+
+    monkeypatch.setattr(timing, "time_callable", quarter_second_calls)
+    result = time_sized(lambda: None, 1.0, repeats=3, probes=2)
+    assert calls == [(1, 2, 1), (4, 3, 4)]  # the probe, then runs of 4 calls (1 s); a run's worth of warm-up
+    assert result.median == 0.25
+    time_sized(lambda: None, 100.0, repeats=2)
+    assert calls[-1] == (100, 2, 400)  # warm-up capped at 100 calls
+    time_sized(lambda: None, 0.1, warmup=0)
+    assert calls[-1] == (0, 5, 1)  # a call longer than run_s: one call per run
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="run_s"):
+            time_sized(lambda: None, bad)
+
+
+def test_rate_is_work_over_the_median_time_with_the_iqr_of_the_rates(monkeypatch):
+    monkeypatch.setattr(timing, "time_callable", lambda fn, **kwargs: Timing((0.5, 1.0, 2.0)))
+    value, spread = rate(lambda: None, 10.0, 0.1)
+    assert value == pytest.approx(10.0) and spread == pytest.approx(15.0 - 7.5)  # rates 20, 10, 5
+
+
+def test_rate_of_real_work_is_near_its_true_rate():
+    value, spread = rate(lambda: time.sleep(0.002), 1.0, 0.02, repeats=3, device="cpu")
+    assert 100 < value < 600 and spread >= 0  # 500 calls/s at most; sleep overshoots, never undershoots
+
+
+# ---------------------------------------------------------------------------- selecting records
+
+def test_select_compares_fields_and_params_and_keeps_the_order():
+    a = Record("env_step", "VecSnake features", "throughput", 1.0, "steps/s", {"num_envs": 1}, None, LABEL)
+    b = Record("env_step", "VecSnake grid", "throughput", 2.0, "steps/s", {"num_envs": 256}, None, LABEL)
+    c = Record("copy", "device copy", "bandwidth", 3.0, "GB/s", {"MiB": 64}, None, OTHER)
+    records = [a, b, c]
+    assert select(records) == records
+    assert select(records, name="env_step") == [a, b]
+    assert select(records, name="env_step", num_envs=256) == [b]
+    assert select(records, machine=OTHER, MiB=64) == [c]
+    assert select(records, num_envs=None) == []  # a missing param never matches, not even None
+    assert select(iter(records), variant="VecSnake grid") == [b]
+    with pytest.raises(TypeError, match="records must hold only Record objects, not 'x'"):
+        select([a, "x"], name="env_step")
