@@ -1,18 +1,12 @@
-"""The benchmark harness, and one suite per lesson.
+"""One benchmark suite per lesson, each returning records and showing tables and claim checks.
 
-The harness:
-
-- ``timing``: ``time_callable``, warm-up, device sync, repeats, median and IQR (00);
-- ``records``: ``Record``, the JSON files and ``data/reference/`` (00);
-- ``report``: numbers, tables and plots of records (00);
-- ``suites``: the suites ``python -m rlgpu_helpers bench SUITE`` runs (00);
-- ``claims``: the guides' claims as data, and the one verdict beside a measurement (01-11).
-
-The suites, each measuring what its lesson teaches:
+The harness they build on (timing, records, tables, plots, claims) is ``measure``;
+``suites`` lists the suites ``python -m rlgpu_helpers bench SUITE`` runs (00).
 
 - ``ceilings``: matmul FLOP/s and memory GB/s of a device (00);
 - ``loop``: the naive DQN's loop and its cheap tunings (01, 02);
-- ``envs``: env steps/s of every way of running Snake games, and the cost of each sync point (03, 04);
+- ``envs``: env steps/s of every way of running Snake games (03);
+- ``syncs``: time per step against N on a GPU, and the cost of each sync point (04);
 - ``launch``: the two ceilings of an env's step: launches x their latency, bytes / bandwidth (04);
 - ``transfers``: host-device copies, pageable or pinned, blocking or not, by size (05);
 - ``replay``: samples/s and memory of every replay buffer, and DQN steps/s with each (05);
@@ -21,6 +15,7 @@ The suites, each measuring what its lesson teaches:
 - ``precision``: step time and memory by width and precision, PPO learning in each (08);
 - ``graphs``: time per step eager, compiled and graph-captured, by part of the iteration and N (09);
 - ``ddp``: env steps/s and time per update by number of processes (10);
-- ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11).
-- ``capstone``: the capstone's settings chosen by the helpers, and each lesson switched off (11).
+- ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11);
+- ``ablation``: the capstone's chosen settings, and each lesson switched off (11; imports
+  ``time_to_score``, never the reverse).
 """

@@ -3,6 +3,7 @@
 - ``config``: quick mode (``pick``) and seeding (00);
 - ``checks``: the one set of argument checks, TypeError for a wrong type, ValueError for a bad value (00);
 - ``device``: which device to use, what the machine is, waiting for the device (00);
-- ``files``: the ``data/`` folder and atomic writes (00, 11).
+- ``files``: the ``data/`` folder and atomic writes (00, 11);
+- ``args``: argparse types that name the bad value, and ``--set NAME=VALUE`` (00, 10, 11);
 - ``compat``: workarounds for the torch versions the course supports, each naming the version that ends it (00).
 """

@@ -105,7 +105,7 @@ class PPOConfig:
     only) or ``"fp16"`` (the same autocast in fp16, and a GradScaler in the update)."""
     compile: bool = False
     """Run the rollout step, GAE and the minibatch update through ``torch.compile`` (notebook 09). The
-    first iteration pays the compile (seconds); ``gpu.graphs.fastest_settings`` measures whether it pays."""
+    first iteration pays the compile (seconds); ``learn.tune.fastest_settings`` measures whether it pays."""
     cuda_graphs: bool = False
     """Capture the rollout step, GAE and the minibatch update each in a CUDA graph and replay it (notebook
     09; CUDA only). With ``compile`` too, the compiled functions are captured."""

@@ -21,9 +21,9 @@ others in its next all-reduce until the timeout).
 
 ``python -m rlgpu_helpers rank train|proof|measure`` is the entry point ``torchrun`` starts on
 each rank (``python -m rlgpu_helpers train --nproc N`` builds the command); the process group,
-the world and the launching are in ``gpu/distributed.py``. Rank 0 alone writes checkpoints (the same file as a
-one-process run's, holding rank 0's games) and reports throughput, counting the global env steps
-(W x each rank's); a checkpoint resumes on any number of ranks, one included.
+the world and the launching are in ``gpu/distributed.py``. Rank 0 alone writes checkpoints (the
+same file as a one-process run's, holding rank 0's games) and reports throughput, counting the
+global env steps (W x each rank's); a checkpoint resumes on any number of ranks, one included.
 """
 
 from __future__ import annotations
