@@ -1,8 +1,8 @@
 """One benchmark suite per lesson, each returning records and showing tables and claim checks.
 
-The harness they build on (timing, records, tables, plots, claims) is ``measure``;
-``suites`` lists the suites ``python -m rlgpu_helpers bench SUITE`` runs (00).
+The harness they build on (timing, records, tables, plots, claims) is ``measure``.
 
+- ``suites``: the suites ``python -m rlgpu_helpers bench SUITE`` runs, by name (00);
 - ``ceilings``: matmul FLOP/s and memory GB/s of a device (00);
 - ``loop``: the naive DQN's loop and its cheap tunings (01, 02);
 - ``envs``: env steps/s of every way of running Snake games (03);

@@ -1,4 +1,4 @@
-"""Reading the command line: argparse types that name the bad value, and ``--set NAME=VALUE``.
+"""Reading the command line: argparse types that name the bad value, and ``--set NAME=VALUE`` (notebook 00).
 
 Shared by every subcommand of ``python -m rlgpu_helpers`` (``cli.py``), the ones ``torchrun``
 starts included. A value argparse cannot take is reported as a usage error (exit 2) that names

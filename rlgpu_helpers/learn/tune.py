@@ -1,4 +1,5 @@
-"""Choosing settings for this device: every "what should I use here?" of the course in one place.
+"""Choosing settings for this device: every "what should I use here?" of the course in one place
+(notebooks 08, 09 and 11).
 
 - :func:`suggested_settings`: ``PPOConfig`` values to start from on a device;
 - :func:`fastest_settings` / :func:`choose_settings`: eager, compiled, CUDA graphs or both,
