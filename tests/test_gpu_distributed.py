@@ -132,8 +132,10 @@ def test_running_without_torchrun_says_how_to_start_it():
 
 def test_the_one_command_line_is_what_torchrun_starts():
     from rlgpu_helpers.cli import build_parser
+    from rlgpu_helpers.gpu import distributed
 
     assert COMMAND == ("-m", "rlgpu_helpers", "rank")
+    assert not any(hasattr(distributed, name) for name in ("main", "build_parser", "MODULE"))  # no second CLI
     args = build_parser().parse_args(["rank", "train", "--steps", "10", "--set", "hidden=8", "--no-progress"])
     assert args.rank_command == "train" and args.steps == 10 and args.set == [("hidden", "8")] and not args.progress
     args = build_parser().parse_args(["rank", "proof", "--accumulation-steps", "2", "--num-envs", "4"])
