@@ -377,10 +377,7 @@ def heavy_env_throughput(step_costs_s=None, *, num_envs: int | None = None, kind
 # ---------------------------------------------------------------------------- reading the records
 
 def _check_same_measure(records, name: str) -> list[Record]:
-    records = list(records)
-    bad = [r for r in records if not isinstance(r, Record)]
-    if bad:
-        raise TypeError(f"{name} must hold only Record objects, not {bad[0]!r}")
+    records = check_records(records, name)
     if not records:
         raise ValueError(f"{name}=[] holds no records")
     measures = sorted({(r.metric, r.unit) for r in records})

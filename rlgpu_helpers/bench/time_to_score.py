@@ -34,8 +34,8 @@ from ..core.checks import (
 from ..core.config import pick
 from ..core.device import get_device, logical_cores, machine_of
 from ..learn.naive_dqn import LoopSettings, NaiveDQN
-from ..learn.training import ScoreCurve, make_learner, train
-from ..learn.tune import capstone_settings, ours_settings
+from ..learn.training import ScoreCurve
+from ..learn.tune import capstone_settings, ours_settings, trial_run
 from ..measure.records import Record, check_records, load_reference, select
 from ..measure.table import Table, format_number
 from ..snake.env import SnakeEnv
@@ -96,9 +96,8 @@ class Curve:
 
 def run_ours(seconds: float, seed: int = 0, device: str = "cpu", progress: bool = False, **settings) -> Curve:
     """This course's PPO on ``VecSnake`` for ``seconds`` (settings: any ``PPOConfig`` field)."""
-    learner = make_learner("ppo", seed=seed, device=str(device), **settings)
-    result = train(learner, seconds=seconds, progress=progress)
-    config = learner.config
+    result = trial_run(seconds, seed, device, progress=progress, **settings)
+    config = result.learner.config
     details = {"obs_type": config.obs_type, "num_envs": config.num_envs, "precision": config.precision,
                "compile": config.compile, "cuda_graphs": config.cuda_graphs}
     return Curve("ours", result.seconds, result.env_steps, result.curve, details)

@@ -262,9 +262,9 @@ def average_score(points: list[dict], seconds: float) -> float:
     return (area + last_score * max(seconds - last_t, 0.0)) / seconds
 
 
-def trial_run(seconds: float, seed: int, device, **settings) -> TrainingResult:
-    """A short PPO run of ``settings`` (any ``PPOConfig`` field) for ``seconds``, to judge them by."""
-    return train(make_learner("ppo", seed=seed, device=str(device), **settings), seconds=seconds, progress=False)
+def trial_run(seconds: float, seed: int, device, *, progress: bool = False, **settings) -> TrainingResult:
+    """A PPO run of ``settings`` (any ``PPOConfig`` field) for ``seconds``, to judge them by."""
+    return train(make_learner("ppo", seed=seed, device=str(device), **settings), seconds=seconds, progress=progress)
 
 
 def choose_num_envs(settings: dict, device: str | torch.device | None = None, *, num_envs=None,
