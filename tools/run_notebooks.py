@@ -2,10 +2,13 @@
 
     python tools/run_notebooks.py                       # every notebooks/*.ipynb
     python tools/run_notebooks.py notebooks/00_setup.ipynb
+    python tools/run_notebooks.py --quick notebooks/05_transfers_and_replay.ipynb   # a draft, minutes
 
 Each notebook runs top to bottom in a fresh kernel with RLGPU_QUICK unset, from its own folder
-as in JupyterLab. A notebook is written back only if no cell raised and no cell wrote to stderr
-(strict nbval would reject that output); otherwise the script stops with the reason.
+as in JupyterLab (`--quick` sets RLGPU_QUICK=1 instead: a draft to check the compared cells
+against while writing a lesson; commit only full-size outputs). A notebook is written back only
+if no cell raised and no cell wrote to stderr (strict nbval would reject that output); otherwise
+the script stops with the reason.
 
 Progress bars are saved as they ended: JupyterLab shows the widget outputs of an untrusted notebook
 (every fresh clone) as their `text/plain`, which tqdm captured when the bar was created ("0%| | 0/2000");
@@ -85,9 +88,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/*.ipynb")
     parser.add_argument("--timeout", type=int, default=3600, help="seconds per cell (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true",
+                        help="run in quick mode: a draft while writing a lesson, not outputs to commit")
     args = parser.parse_args()
     paths = sorted(args.notebooks or NOTEBOOKS.glob("*.ipynb"))
-    if os.environ.pop("RLGPU_QUICK", None) is not None:
+    if args.quick:
+        os.environ["RLGPU_QUICK"] = "1"
+        print("RLGPU_QUICK=1: a draft; commit only the outputs of a full-size run")
+    elif os.environ.pop("RLGPU_QUICK", None) is not None:
         print("RLGPU_QUICK unset: committed outputs come from a full-size run")
     for path in paths:
         print(f"Running {path} ...", flush=True)
