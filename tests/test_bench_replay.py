@@ -1,6 +1,7 @@
 """The ``replay`` bench suite (notebook 05): samples/s, memory, DQN steps/s, targets and verdicts."""
 
 import pytest
+import torch
 
 from rlgpu_helpers.bench import replay
 from rlgpu_helpers.bench.replay import (
@@ -114,3 +115,42 @@ def test_the_sync_audit_finds_none_in_the_tensor_buffers_and_finds_the_deques():
     assert counts[("TensorReplayBuffer", "add")] == counts[("TensorReplayBuffer", "sample")] == 0
     assert counts[("PrioritizedReplayBuffer", "update_priorities")] == 0
     assert counts[("DequeReplay", "add")] > 0 and "tolist" in text
+
+
+def test_runtime_waits_names_each_waiting_call_or_says_none():
+    assert replay.runtime_waits({"cudaEventSynchronize": 1, "cudaStreamSynchronize": 0}) == "cudaEventSynchronize x1"
+    assert replay.runtime_waits({}) == "none"
+    assert replay.runtime_waits(None) == "profiler could not trace CUDA"
+
+
+def test_the_sync_table_has_no_runtime_column_without_cuda():
+    table = replay.buffer_sync_table("cpu", kinds=("pinned",), batch_size=8)
+    assert table.columns[-1] == "audit method" and [row[:3] for row in table.rows] == [
+        ["PinnedReplayBuffer", "add", "0"], ["PinnedReplayBuffer", "sample", "0"]]
+
+
+def test_the_priority_table_sets_each_formula_beside_the_draws():
+    from rlgpu_helpers.replay.prioritized import PrioritizedReplayBuffer
+
+    buffer = PrioritizedReplayBuffer(4, (2,), alpha=0.5, beta=0.5)
+    buffer.add(torch.zeros(4, 2), torch.zeros(4, dtype=torch.int64), torch.zeros(4), torch.zeros(4, 2), torch.zeros(4))
+    priorities = torch.tensor([1.0, 4.0, 9.0, 16.0])  # p ** 0.5 = 1, 2, 3, 4: P = 0.1, 0.2, 0.3, 0.4
+    buffer.update_priorities(torch.arange(4), priorities)
+    sample = buffer.sample(20_000, generator=torch.Generator().manual_seed(0))
+    table = replay.priority_draws_table(priorities, sample, alpha=0.5, beta=0.5)
+    assert [row[2] for row in table.rows] == ["0.1000", "0.2000", "0.3000", "0.4000"]
+    assert [row[4] for row in table.rows] == ["1.0000", f"{2 ** -0.5:.4f}", f"{3 ** -0.5:.4f}", "0.5000"]
+    assert [row[5] for row in table.rows] == [row[4] for row in table.rows]  # the sample's weights are the formula's
+    assert all(abs(float(row[3]) - float(row[2])) < 0.02 for row in table.rows)
+    one_slot = {"indices": torch.zeros(3, dtype=torch.int64), "weights": torch.ones(3)}
+    assert replay.priority_draws_table(priorities, one_slot, alpha=0.5, beta=0.5).rows[1][5] == "not drawn"
+
+
+@pytest.mark.parametrize("priorities, sample, message", [
+    (torch.ones(2, 2), {"indices": torch.zeros(1, dtype=torch.int64), "weights": torch.ones(1)}, "1-d tensor"),
+    (torch.ones(2), {"indices": torch.zeros(1, dtype=torch.int64)}, "'indices' and 'weights'"),
+    (torch.ones(2), {"indices": torch.tensor([5]), "weights": torch.ones(1)}, "outside the 2 slots"),
+])
+def test_the_priority_table_refuses_what_it_cannot_read(priorities, sample, message):
+    with pytest.raises(ValueError, match=message):
+        replay.priority_draws_table(priorities, sample, alpha=0.6, beta=0.4)

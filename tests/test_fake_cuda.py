@@ -50,6 +50,7 @@ from rlgpu_helpers.gpu.graphs import CapturedStep
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
 from rlgpu_helpers.replay import KINDS
+from rlgpu_helpers.replay.pinned import PinnedReplayBuffer
 from rlgpu_helpers.snake.rules import OBS_TYPES
 from rlgpu_helpers.snake.vec import VecSnake
 
@@ -108,7 +109,7 @@ class Case:
     """A dry run: ``run(fc)`` works on fake CUDA inside ``fc.hot``; it returns facts to check (or None)."""
 
     group: str
-    """The child process it runs in: ``"vecsnake"``, ``"ppo"`` or ``"dqn"``, the code under test."""
+    """The child process it runs in: ``"vecsnake"``, ``"ppo"``, ``"dqn"`` or ``"replay"``, the code under test."""
     run: Callable[[FakeCuda], dict | None]
     expect: dict
     """Counters and facts the run must show, to prove it did its work (see ``FakeCuda``)."""
@@ -269,7 +270,45 @@ CASES["DQN buffer=tensor, cuda_graphs, resumed from a checkpoint"] = Case(
     "dqn", resume_dqn, {"calls": {"DQN._learn": 3}, "captures": 4, "replays": 6}, DQN_READ)
 
 
+# ---------------------------------------------------------------------------- PinnedReplayBuffer alone
+
+PINNED_ADDS = 3
+
+
+def add_to_pinned(fc: FakeCuda, then_sample: bool = False) -> dict:
+    """``PINNED_ADDS`` batches of 8 transitions made on the GPU, added to a pinned buffer (then one ``sample``)."""
+    buffer = PinnedReplayBuffer(64, (11,), "cuda")
+    fields = {"obs": torch.rand(8, 11, device="cuda"), "actions": torch.randint(0, 3, (8,), device="cuda"),
+              "rewards": torch.rand(8, device="cuda"), "next_obs": torch.rand(8, 11, device="cuda"),
+              "terminated": torch.rand(8, device="cuda") < 0.5}
+    if then_sample:
+        buffer.add(**fields)
+        buffer.sample(4)  # the first sample draws two batches: the hot one below is a learner's
+    fc.count_calls(PinnedReplayBuffer, "_store")
+    with fc.hot("PinnedReplayBuffer.add" + (" and sample" if then_sample else "")):
+        for _ in range(PINNED_ADDS):
+            buffer.add(**fields)
+        if then_sample:
+            buffer.sample(4)
+    return {"stored": len(buffer), "pinned": buffer.obs.is_pinned()}
+
+
+PINNED_RAN = {"calls": {"PinnedReplayBuffer._store": PINNED_ADDS}, "pinned": True}
+# add: non_blocking copies into pinned memory, nothing else (replay/pinned.py's docstring).
+CASES["PinnedReplayBuffer.add"] = Case("replay", add_to_pinned, {**PINNED_RAN, "stored": 8 * PINNED_ADDS})
+# sample after add: the wait for add's copies, and the prefetch (the same as in DQN's loop).
+CASES["PinnedReplayBuffer.add, then sample"] = Case(
+    "replay", functools.partial(add_to_pinned, then_sample=True), {**PINNED_RAN, "stored": 8 * (PINNED_ADDS + 1)},
+    BUFFER_ALLOWED["pinned"])
+
+
 # ---------------------------------------------------------------------------- planted bugs
+
+def plant_blocking_copy_in_pinned_add(fc: FakeCuda) -> dict:
+    """``PinnedReplayBuffer.add`` copies into its pinned storage without ``non_blocking``: the host waits."""
+    fc.replace(PinnedReplayBuffer, "_copies_wait", True)
+    return add_to_pinned(fc)
+
 
 def plant_host_tensor_in_rollout(fc: FakeCuda) -> None:
     """PPO's acting makes an index on the host at every rollout step (``torch.arange`` without ``device=``)."""
@@ -328,6 +367,9 @@ PLANTED = {
     "a host-to-device copy in DQN's acting": Case(
         "dqn", plant_copy_in_acting, {"calls": {"DQN._explore": STEPS}},
         {f"h2d-in-hot {HERE}:explore_with_host_mask": "planted"}),
+    "a blocking copy in PinnedReplayBuffer.add": Case(
+        "replay", plant_blocking_copy_in_pinned_add, PINNED_RAN,
+        {"sync rlgpu_helpers/replay/tensor.py:_store": "planted: a copy to the host without non_blocking"}),
 }
 CASES.update(PLANTED)
 

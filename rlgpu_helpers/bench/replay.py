@@ -11,7 +11,7 @@ buffers of :mod:`rlgpu_helpers.replay` (by their short names, ``replay.base.KIND
   (:data:`TORCHRL`), their batches moved to the learner's device too;
 * ``"replay_memory"``: the bytes each buffer's storage takes at that capacity, by place (host,
   pinned, device, files), in MiB;
-* ``"replay_dqn"``: env steps/s of the DQN of notebook 11 (``learn.dqn``) with each buffer:
+* ``"replay_dqn"``: env steps/s of the course's vectorized DQN (``learn.dqn.DQN``) with each buffer:
   what a buffer costs inside a training loop, where it shares the step with the env and the
   network.
 
@@ -262,8 +262,10 @@ def buffer_sync_table(device: str | torch.device | None = None, *, kinds=AUDITED
     """The sync audit (``gpu.sync.audit_syncs``) of each buffer's ``add`` and ``sample``, and of
     ``update_priorities`` for the prioritized one: the synchronizations each call makes.
 
-    A call is audited after one untimed call of its own (which pays one-time set-up); on a
-    CPU the audit applies the rules of what would synchronize on a GPU.
+    A call is audited after one untimed call of its own (which pays one-time set-up). On a CPU
+    the audit applies the rules of what would synchronize on a GPU. On CUDA a last column gives the profiler's count of the runtime
+    calls that make the host wait (:func:`runtime_waits`), which also sees a wait on an event
+    (``PinnedReplayBuffer.sample`` waiting for the last ``add``'s copies).
     """
     device = get_device(device, param="device")
     kinds = check_choices("kinds", kinds, tuple(KINDS))
@@ -283,10 +285,48 @@ def buffer_sync_table(device: str | torch.device | None = None, *, kinds=AUDITED
         for call, fn in calls.items():
             report = audit_syncs(fn, device)
             operators = ", ".join(f"{row.operator} x{row.count}" for row in report.rows)
-            rows.append([LABELS[kind], call, str(report.total), operators or "none", report.method])
+            row = [LABELS[kind], call, str(report.total), operators or "none", report.method]
+            rows.append(row + [runtime_waits(report.runtime_calls)] if device.type == "cuda" else row)
         buffer.close()
-    return Table(["buffer", "call", "syncs per call", "operators", "audit method"], rows,
-                 [False, False, True, False, False])
+    columns = ["buffer", "call", "syncs per call", "operators", "audit method"]
+    extra = ["CUDA runtime waits (profiler)"] if device.type == "cuda" else []
+    return Table(columns + extra, rows, [False, False, True, False, False] + [False] * len(extra))
+
+
+def runtime_waits(calls: dict[str, int] | None) -> str:
+    """The profiler's count of waiting CUDA runtime calls (``SyncReport.runtime_calls``), as a cell."""
+    if calls is None:
+        return "profiler could not trace CUDA"
+    return ", ".join(f"{name} x{count}" for name, count in sorted(calls.items()) if count) or "none"
+
+
+def priority_draws_table(priorities: torch.Tensor, sample: dict, *, alpha: float, beta: float) -> Table:
+    """Per slot of a prioritized buffer: the formulas beside what ``sample`` drew.
+
+    ``priorities`` holds slot i's priority ``p_i``; ``sample`` is a ``PrioritizedReplayBuffer``
+    sample of many draws. The probability ``P(i) = p_i ** alpha / sum_j p_j ** alpha`` stands
+    beside the share of draws that picked slot i, and the weight ``(P(i) / min_j P(j)) ** -beta``
+    beside the weight the sample gave it ("not drawn" for a slot it never picked).
+    """
+    if not isinstance(priorities, torch.Tensor) or priorities.dim() != 1 or priorities.numel() == 0:
+        raise ValueError(f"priorities={priorities!r} must be a non-empty 1-d tensor")
+    if not isinstance(sample, dict) or not {"indices", "weights"} <= set(sample):
+        raise ValueError("sample must be a PrioritizedReplayBuffer sample, with 'indices' and 'weights'")
+    alpha = check_number("alpha", alpha, at_least=0)
+    beta = check_number("beta", beta, at_least=0)
+    priorities = priorities.double().cpu()
+    indices, weights = sample["indices"].cpu(), sample["weights"].double().cpu()
+    slots = priorities.numel()
+    if indices.numel() and not 0 <= int(indices.min()) <= int(indices.max()) < slots:
+        raise ValueError(f"sample['indices'] reach outside the {slots} slots of priorities")
+    expected = priorities**alpha / (priorities**alpha).sum()
+    formula = (expected / expected.min()) ** -beta
+    observed = torch.bincount(indices, minlength=slots) / max(indices.numel(), 1)
+    drawn = torch.full((slots,), float("nan"), dtype=torch.float64).scatter_(0, indices, weights)
+    rows = [[str(i), format_number(float(priorities[i])), f"{expected[i]:.4f}", f"{observed[i]:.4f}",
+             f"{formula[i]:.4f}", "not drawn" if drawn[i].isnan() else f"{drawn[i]:.4f}"] for i in range(slots)]
+    return Table(["slot", "priority", "expected P", "observed share", "weight (formula)", "weight (sampled)"], rows,
+                 [True] * 6)
 
 
 # ---------------------------------------------------------------------------- reading the records

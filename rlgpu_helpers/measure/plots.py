@@ -7,8 +7,9 @@ more, tells the reference machines apart from this one, and draws ceilings as li
 from __future__ import annotations
 
 import functools
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..core.checks import check_number
 from .records import Record, check_records
@@ -35,6 +36,20 @@ def _tick_label(value: float, _position=None) -> str:
     return f"{value:,.12g}"
 
 
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def bytes_label(value: float) -> str:
+    """A byte count as a short tick label: 1 KiB, 64 MiB, 1.5 GiB (binary units, 1 KiB = 1,024 B).
+
+    For ``plot_records(..., xticklabel=bytes_label)``: "1,073,741,824" is too wide to sit beside
+    its neighbours on an axis of sizes.
+    """
+    value = check_number("value", value, at_least=0)
+    power = min(int(math.log(value, 1024)) if value >= 1 else 0, len(_BINARY_UNITS) - 1)
+    return f"{value / 1024**power:,.4g} {_BINARY_UNITS[power]}"
+
+
 @functools.cache
 def _plain_log_formatter():
     """A matplotlib formatter class: its log ticks, labelled as plain numbers (made on first use)."""
@@ -56,8 +71,11 @@ _MAX_DATA_TICKS = 12  # an x axis with at most this many values gets a tick at e
 _MIN_TICK_GAP = 0.08  # ...if no two are closer than this fraction of the axis (labels would collide)
 
 
-def _plain_ticks(ax, axis: str, values: list[float], log: bool) -> None:
-    """Plain numbers on a log axis; on an x axis with few, well-spread values, a tick at each."""
+def _plain_ticks(ax, axis: str, values: list[float], log: bool, label=None) -> None:
+    """Plain numbers on a log axis; on an x axis with few, well-spread values, a tick at each.
+
+    ``label`` (a function of the value) writes the x tick labels instead of plain numbers.
+    """
     from matplotlib import ticker
 
     target = getattr(ax, f"{axis}axis")
@@ -67,11 +85,56 @@ def _plain_ticks(ax, axis: str, values: list[float], log: bool) -> None:
     gaps = [(scale(b) - scale(a)) / (scale(high) - scale(low)) for a, b in zip(distinct, distinct[1:])]
     if axis == "x" and 1 < len(distinct) <= _MAX_DATA_TICKS and min(gaps) >= _MIN_TICK_GAP:
         target.set_major_locator(ticker.FixedLocator(distinct))
-        target.set_major_formatter(ticker.FuncFormatter(_tick_label))
+        target.set_major_formatter(ticker.FuncFormatter(_tick_label if label is None else lambda v, _: label(v)))
+        target.set_minor_formatter(ticker.NullFormatter())
+    elif axis == "x" and label is not None:
+        target.set_major_formatter(ticker.FuncFormatter(lambda v, _: label(v)))
         target.set_minor_formatter(ticker.NullFormatter())
     elif log:
         target.set_major_formatter(_plain_log_formatter()())
         target.set_minor_formatter(_plain_log_formatter()())
+
+
+_TICK_ANGLES = (35, 60, 90)  # degrees: x tick labels that would overlap side by side are slanted
+_TICK_LINE = 1.3  # text heights between slanted labels, for a slant to be enough
+
+
+def shown_xticklabels(ax) -> list:
+    """The x tick labels drawn (major and minor) with text, inside the axis limits, left to right."""
+    low, high = sorted(ax.get_xlim())
+    labels = [label for label in ax.get_xticklabels() + ax.get_xticklabels(minor=True)
+              if label.get_visible() and label.get_text() and low <= label.get_position()[0] <= high]
+    return sorted(labels, key=lambda label: label.get_position()[0])
+
+
+def xticklabels_overlap(fig, ax) -> bool:
+    """Whether two neighbouring x tick labels of ``ax`` overlap, as ``fig`` draws them.
+
+    Level labels overlap when their boxes do; slanted ones (all at one angle) when their
+    anchors are closer, across the slant, than ``_TICK_LINE`` text heights.
+    """
+    fig.draw_without_rendering()
+    labels = shown_xticklabels(ax)
+    if len(labels) < 2:
+        return False
+    angle = math.radians(labels[0].get_rotation())
+    if angle == 0:
+        boxes = [label.get_window_extent() for label in labels]
+        return any(left.x1 > right.x0 for left, right in itertools.pairwise(boxes))
+    anchors = [ax.transData.transform((label.get_position()[0], 0))[0] for label in labels]
+    height = labels[0].get_fontsize() * fig.dpi / 72
+    return min(b - a for a, b in itertools.pairwise(anchors)) * math.sin(angle) < _TICK_LINE * height
+
+
+def _slant_crowded_xticklabels(fig, ax) -> None:
+    """Slant the x tick labels, as little as will do, when neighbours would overlap side by side."""
+    for angle in _TICK_ANGLES:
+        if not xticklabels_overlap(fig, ax):
+            return
+        ax.tick_params(axis="x", which="both", labelrotation=angle)
+        for label in ax.get_xticklabels() + ax.get_xticklabels(minor=True):
+            label.set_horizontalalignment("right" if angle < 90 else "center")
+            label.set_rotation_mode("anchor" if angle < 90 else "default")
 
 
 def _reference_clause(machines: set[str], this_machine: str) -> str:
@@ -85,7 +148,8 @@ def _reference_clause(machines: set[str], this_machine: str) -> str:
 
 def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None,
                  title: str | None = None, this_machine: str | None = None,
-                 hlines: dict[str, float] | None = None):
+                 hlines: dict[str, float] | None = None,
+                 xticklabel: Callable[[float], str] | None = None):
     """Plot ``value`` against the parameter ``x``: one line per machine, variant and other setting.
 
     All records must share one metric and unit (the y axis). Records of one machine and variant
@@ -99,6 +163,8 @@ def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None
     machine and 2 reference machines", or "this machine only (no reference records)". So a title
     never needs to promise references itself. ``hlines`` draws labelled horizontal lines
     (``{"float32 matmul ceiling": 0.23}``, in the y unit), always inside the visible range.
+    ``xticklabel`` writes each x tick label from its value (:func:`bytes_label`: 1 KiB, 1 GiB);
+    by default they are plain numbers. Labels that would overlap their neighbours are slanted.
     Returns the matplotlib Figure (Jupyter displays it).
     """
     import matplotlib.pyplot as plt
@@ -114,6 +180,8 @@ def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"x={x!r}: record {record.name}/{record.variant} on {record.machine} "
                              f"has params {record.params}, without a number under {x!r}")
+    if xticklabel is not None and not callable(xticklabel):
+        raise TypeError(f"xticklabel={xticklabel!r} must be a function of the tick value, or None")
     if hlines is not None and not isinstance(hlines, dict):
         raise TypeError(f"hlines={hlines!r} must be a dict of label -> y value")
     hlines = {str(label): check_number(f"hlines[{label!r}]", level) for label, level in (hlines or {}).items()}
@@ -152,7 +220,7 @@ def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None
         # a linear y axis from zero shows differences at their true size
         from_zero = axis == "y" and not log and min(values) > 0
         getattr(ax, f"set_{axis}lim")(*_limits(values, log, from_zero))
-        _plain_ticks(ax, axis, values, log)
+        _plain_ticks(ax, axis, values, log, xticklabel if axis == "x" else None)
     names = sorted({record.name for record in records})
     heading = title or f"{', '.join(names)}: {metric}"
     if this_machine is not None:
@@ -166,5 +234,6 @@ def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None
         fig.legend(loc="outside lower center", ncols=2, **legend)
     else:
         ax.legend(**legend)
+    _slant_crowded_xticklabels(fig, ax)
     plt.close(fig)  # returned, not also drawn by pyplot at the end of a notebook cell
     return fig

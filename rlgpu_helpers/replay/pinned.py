@@ -5,9 +5,17 @@ the CPU, then a copy that the CPU must stage through a pinned bounce buffer and 
 (``.to(device)`` synchronizes). ``PinnedReplayBuffer`` removes the wait and hides the copy:
 
 - its storage is allocated in pinned (page-locked) host memory, so transitions that come from
-  a GPU env are written into it directly by DMA, without staging, and ``add`` does not wait for
-  them (``non_blocking=True``): it records an event, and the host waits on it only when it next
-  reads or overwrites the storage (the gather of ``sample``, ``state_dict``, ``load_state_dict``);
+  a GPU env are written into it directly by DMA, without staging. ``add`` does not wait for
+  them: each field is one ``copy_(..., non_blocking=True)`` into the pinned ring (no blocking
+  copy, no synchronization; ``tests/test_fake_cuda.py`` checks it), and it records a CUDA event
+  after the copies;
+- the host waits on that event (``Event.synchronize``) only when it next reads or overwrites the
+  storage: the gather of ``sample``, ``state_dict``, ``load_state_dict``. So the one wait of a
+  learner that adds then samples is in ``sample``: it lasts until the GPU has finished the work
+  queued before the ``add`` (the env step that made the transitions) and the copies. On a GPU
+  the sync audit's profiler count shows it as one ``cudaEventSynchronize`` (the notebook's
+  ``buffer_sync_table`` prints that count); a CPU has no event to wait on. A GPU-resident
+  buffer (``TensorReplayBuffer`` on the GPU) has no such wait;
 - ``sample`` gathers the *next* batch on the CPU into a fresh pinned tensor and starts copying it
   to the GPU with ``non_blocking=True`` on a side CUDA stream, then returns the batch prefetched
   in the same way during the previous call. The learner's stream waits for the copy with

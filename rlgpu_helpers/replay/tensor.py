@@ -4,7 +4,8 @@ The naive DQN of notebook 01 keeps transitions in a Python deque and builds ever
 list of small arrays. ``TensorReplayBuffer`` allocates each field once, as one big tensor,
 writes a whole batch of transitions with at most two slice copies per field (the ring may wrap
 once), and samples a batch with one random index tensor: no Python loop over transitions.
-Its write position and size are plain Python ints, so adding and sampling never wait for a GPU.
+Its write position and size are plain Python ints, so adding and sampling never read a value
+back from a GPU; the only waits are the copies between host storage and a GPU (``_copies_wait``).
 
 Where the tensors live is the lesson's main knob:
 
