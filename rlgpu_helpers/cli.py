@@ -53,7 +53,7 @@ from .learn.agents import load_agent, play_episode, save_agent
 from .learn.checkpoint import CheckpointError
 from .learn.ppo import PPOConfig
 from .learn.ppo_ddp import PROOF_SETTINGS, gradient_check, measure_iterations, train_distributed
-from .learn.training import ALGORITHMS, make_learner, train
+from .learn.training import ALGORITHMS, RunFolderError, make_learner, train
 from .learn.tune import CAPSTONE_OBS, capstone_settings, suggested_settings
 from .measure.records import save_json, save_reference
 from .measure.table import records_table
@@ -154,7 +154,7 @@ def run_train(args: argparse.Namespace) -> int:
         result = train(learner, seconds=args.seconds, steps=args.steps, out_dir=out, resume=args.resume,
                        device=str(device) if args.resume else None,
                        checkpoint_every_s=args.checkpoint_every, progress=True)
-    except CheckpointError as error:
+    except (CheckpointError, RunFolderError) as error:
         raise UsageError(str(error)) from None
     score = "no game finished" if result.mean_score is None else f"{result.mean_score:.2f}"
     print(f"{result.algorithm}: {result.env_steps:,} env steps in {result.seconds:,.1f} s "

@@ -99,3 +99,40 @@ def test_choose_measures_the_settings_first_and_the_command_line_still_wins(tmp_
     assert seen["budget_s"] == 1.0 and seen["start"]["obs_type"] == "features_reach" and seen["start"]["height"] == 6
     config = load_agent(out).config
     assert config["num_envs"] == 16 and config["hidden"] == 4 and config["obs_type"] == "features_reach"
+
+
+TINY_RUN = ["train", "--size", "5", "--envs", "16", "--set", "num_steps=16", "--set", "hidden=8", "--device", "cpu"]
+
+
+def test_two_runs_on_one_folder_cannot_both_run(tmp_path):
+    """The second is refused with the first one's pid, before it trains; the first finishes untouched."""
+    out = tmp_path / "run"
+    first = subprocess.Popen([sys.executable, "-m", "rlgpu_helpers", *TINY_RUN, "--seconds", "600", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = out / "train.lock"
+        for _ in range(600):  # the first run holds the folder once its lock file names it
+            if lock.exists() and lock.read_text().strip() == str(first.pid):
+                break
+            first.poll()
+            assert first.returncode is None, first.stderr.read()
+            subprocess.run(["sleep", "0.1"], check=True)
+        second = subprocess.run([sys.executable, "-m", "rlgpu_helpers", *TINY_RUN, "--steps", "64",
+                                 "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2 and "Traceback" not in second.stderr
+        assert f"is in use: {lock} is held by process {first.pid}" in second.stderr
+        assert "env steps" not in second.stdout  # refused before training
+    finally:
+        first.kill()
+        first.communicate()
+
+
+@pytest.mark.parametrize("make_out", ["a file", "a folder inside a file"])
+def test_a_run_folder_that_cannot_be_written_is_refused_before_training(tmp_path, capsys, make_out):
+    (tmp_path / "file").write_text("not a folder")
+    out = tmp_path / "file" if make_out == "a file" else tmp_path / "file" / "run"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY_RUN, "--steps", "100000000", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2 and f"out_dir={str(out)!r} cannot hold a run" in captured.err
+    assert "env steps" not in captured.out

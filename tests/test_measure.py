@@ -8,7 +8,7 @@ import torch
 
 from rlgpu_helpers.core.files import data_dir
 from rlgpu_helpers.measure import timing
-from rlgpu_helpers.measure.plots import plot_records
+from rlgpu_helpers.measure.plots import plot_records, xticklabels_overlap
 from rlgpu_helpers.measure.records import (
     FORMAT,
     Record,
@@ -156,20 +156,20 @@ def test_load_reference_reports_and_skips_bad_files(tmp_path, capsys):
     save_reference([record()], REPORT, "cmd", directory=tmp_path)
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "foreign.json").write_text(json.dumps({"format": "something-else/2", "rows": []}))
-    bad_entry = {**json.loads((tmp_path / f"{LABEL}.json").read_text())["records"][0], "value": "fast"}
-    (tmp_path / "bad-record.json").write_text(json.dumps({"format": FORMAT, "machine": REPORT,
-                                                          "records": [bad_entry]}))
+    (tmp_path / "other-machine.json").write_text(json.dumps({"format": FORMAT, "machine": REPORT, "records": []}))
     (tmp_path / "notes.txt").write_text("not a reference file, and not a .json either")
     assert load_reference(tmp_path) == [record()]
     out, err = capsys.readouterr()
     assert err == ""
     skipped = [line.split()[3].rstrip(":") for line in out.splitlines()]
-    assert skipped == ["bad-record.json", "broken.json", "foreign.json"]
-    assert "value='fast'" in out and "not valid JSON" in out and FORMAT in out
+    assert skipped == ["broken.json", "foreign.json", "other-machine.json"]
+    assert "not valid JSON" in out and FORMAT in out and f"machine report is of {LABEL!r}" in out
 
 
 def test_load_reference_of_an_empty_folder(tmp_path):
     assert load_reference(tmp_path) == []
+    with pytest.raises(FileNotFoundError, match="no-such-folder"):
+        load_reference(tmp_path / "no-such-folder")
 
 
 def test_data_dir_is_the_checkout_data_folder():
@@ -399,3 +399,45 @@ def test_select_compares_fields_and_params_and_keeps_the_order():
     assert select(iter(records), variant="VecSnake grid") == [b]
     with pytest.raises(TypeError, match="records must hold only Record objects, not 'x'"):
         select([a, "x"], name="env_step")
+
+
+def copy_records():
+    """Notebook 05's transfer plot: 11 sizes from 1 KiB to 1 GiB, powers of 4."""
+    return [record(float(k + 1), n=1024 * 4**k, unit="GB/s") for k in range(11)]
+
+
+def test_plot_records_x_tick_labels_never_overlap():
+    """1,073,741,824 beside 268,435,456 overlapped on notebook 05's transfer plot: crowded labels slant."""
+    plain = plot_records(copy_records(), x="n")
+    assert not xticklabels_overlap(plain, plain.axes[0])
+    assert len(plain.axes[0].get_xticks()) == 11 and plain.axes[0].get_xticklabels()[0].get_rotation() > 0
+    many = plot_records([record(1.0, n=10**k) for k in range(1, 10)], x="n")  # long labels, a decade apart
+    assert not xticklabels_overlap(many, many.axes[0])
+
+
+def test_plot_records_writes_x_tick_labels_with_the_given_function():
+    from rlgpu_helpers.measure.plots import bytes_label
+
+    fig = plot_records(copy_records(), x="n", xticklabel=bytes_label)
+    assert not xticklabels_overlap(fig, fig.axes[0])
+    ax, = fig.axes
+    assert [label.get_text() for label in ax.get_xticklabels()] == [
+        "1 KiB", "4 KiB", "16 KiB", "64 KiB", "256 KiB", "1 MiB", "4 MiB", "16 MiB", "64 MiB", "256 MiB", "1 GiB"]
+    assert ax.get_xticklabels()[0].get_rotation() == 0  # short labels fit side by side
+    with pytest.raises(TypeError, match="xticklabel='KiB' must be a function"):
+        plot_records(copy_records(), x="n", xticklabel="KiB")
+
+
+@pytest.mark.parametrize("value, label", [(0, "0 B"), (1000, "1,000 B"), (1024, "1 KiB"), (1.5 * 2**30, "1.5 GiB"),
+                                          (3 * 2**20 + 2**18, "3.25 MiB"), (2**60, "1,024 PiB")])
+def test_bytes_label_uses_binary_units(value, label):
+    from rlgpu_helpers.measure.plots import bytes_label
+
+    assert bytes_label(value) == label
+
+
+def test_bytes_label_refuses_what_is_not_a_byte_count():
+    from rlgpu_helpers.measure.plots import bytes_label
+
+    with pytest.raises(ValueError, match="value=-1 must be a finite number >= 0"):
+        bytes_label(-1)

@@ -8,15 +8,27 @@ disconnect, a preempted machine) must not leave a truncated file that breaks the
 the data goes to a temporary file in the same folder, is flushed to disk, and only then renamed
 over the target: a rename within one file system is atomic. A kill during the write leaves at
 most a stray ``*.tmp`` file, which nothing reads.
+
+:func:`exclusive_lock` keeps two processes from writing one thing at once: two ``bench --save``
+runs merging into one reference file, two ``train`` runs checkpointing into one folder. The lock
+is the operating system's (``flock``), so it dies with its process: a lock file left by a killed
+run is stale and is taken over, with a line that says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+    import msvcrt
 
 DATA_ENV_VAR = "RLGPU_DATA_DIR"
 """Names another folder to use instead of the checkout's ``data/`` (the GPU sweep's dry runs write there)."""
@@ -38,6 +50,58 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+class LockHeld(RuntimeError):
+    """Another running process holds the lock; ``holder`` is its pid (None if it wrote none yet)."""
+
+    def __init__(self, path: Path, holder: int | None):
+        self.path, self.holder = path, holder
+        who = f"process {holder}" if holder is not None else "another process"
+        super().__init__(f"{path} is held by {who}; wait for it to finish or stop it")
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | Path, *, wait: bool = True) -> Iterator[Path]:
+    """Hold an exclusive lock on the file ``path`` (created if missing) for the ``with`` block.
+
+    The file records the holder's pid. ``wait=False`` raises :class:`LockHeld` with that pid
+    instead of waiting. The operating system releases the lock when its process ends, however it
+    ends, so a pid left by a killed process is stale: the lock is taken and a line says so.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    try:
+        try:
+            _lock(fd, wait)
+        except OSError:  # held: BlockingIOError (flock) or PermissionError (msvcrt)
+            raise LockHeld(path, _pid_in(fd)) from None
+        stale = _pid_in(fd)
+        if stale is not None and stale != os.getpid():
+            print(f"{path}: taking over a stale lock of process {stale}, which has ended")
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        os.fsync(fd)
+        yield path
+        os.ftruncate(fd, 0)  # a clean exit leaves no pid behind
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _lock(fd: int, wait: bool) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    else:  # one byte far past the pid, so the pid stays readable by the process refused
+        os.lseek(fd, 1 << 30, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_LOCK if wait else msvcrt.LK_NBLCK, 1)
+
+
+def _pid_in(fd: int) -> int | None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    text = os.read(fd, 32).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else None
 
 
 def _umask() -> int:

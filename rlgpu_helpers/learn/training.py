@@ -11,6 +11,7 @@ work since that checkpoint.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import time
@@ -21,6 +22,7 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_bool, check_choice, check_number
 from ..core.device import get_device
+from ..core.files import LockHeld, exclusive_lock
 from .checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -156,6 +158,38 @@ def train(
     path = Path(out_dir) / CHECKPOINT_NAME if out_dir is not None else None
     if resume and path is None:
         raise ValueError("resume=True needs out_dir, the folder holding the checkpoint")
+    if resume and not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}: nothing to resume")
+    with contextlib.ExitStack() as stack:
+        if out_dir is not None:
+            hold_run_folder(stack, out_dir)
+        return _train(learner, path, seconds=seconds, steps=steps, resume=resume, device=device,
+                      checkpoint_every_s=checkpoint_every_s, progress=progress)
+
+
+RUN_LOCK_NAME = "train.lock"
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot take this run: it cannot be written, or another run holds it."""
+
+
+def hold_run_folder(stack: contextlib.ExitStack, out_dir: str | Path) -> None:
+    """Lock the run folder ``out_dir`` for as long as ``stack`` is open: one ``train`` at a time.
+
+    Checked before any work: a folder that cannot be written (a file, no permission) or that
+    another run holds (the message names its pid) is a :class:`RunFolderError`.
+    """
+    try:
+        stack.enter_context(exclusive_lock(Path(out_dir) / RUN_LOCK_NAME, wait=False))
+    except LockHeld as error:
+        raise RunFolderError(f"out_dir={str(out_dir)!r} is in use: {error}") from None
+    except OSError as error:
+        raise RunFolderError(f"out_dir={str(out_dir)!r} cannot hold a run: {error}") from None
+
+
+def _train(learner, path: Path | None, *, seconds, steps, resume, device, checkpoint_every_s, progress):
+    """:func:`train` once its arguments are checked and its run folder is held."""
     curve, spent = ScoreCurve(), 0.0
     if resume:
         state = load_checkpoint(path)

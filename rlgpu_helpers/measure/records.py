@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..core.checks import check_number
 from ..core.device import machine_label
-from ..core.files import atomic_write, data_dir
+from ..core.files import atomic_write, data_dir, exclusive_lock
 
 FORMAT = "rlgpu-bench/1"
 _JSON_SCALARS = (str, int, float, bool, type(None))
@@ -82,6 +82,16 @@ def check_records(records, what: str = "records") -> list[Record]:
     return records
 
 
+def _check_unique(records: list[Record]) -> None:
+    """A ValueError naming the first two records that measure the same thing (same key)."""
+    seen = {}
+    for index, record in enumerate(records):
+        first = seen.setdefault(_record_key(record), index)
+        if first != index:
+            raise ValueError(f"records {first} and {index} both measure {record.name} / {record.variant} / "
+                             f"{record.metric} at {record.params}: give each figure once")
+
+
 _MISSING = object()
 
 
@@ -114,10 +124,6 @@ def _read(path: Path) -> tuple[dict, list[dict]]:
         raise ValueError(f"{path} is not an {FORMAT} file (no \"format\": \"{FORMAT}\")")
     if not isinstance(data.get("machine"), dict) or not isinstance(data.get("records"), list):
         raise ValueError(f"{path} lacks a \"machine\" object or a \"records\" list")
-    for index, entry in enumerate(data["records"]):
-        if not isinstance(entry, dict) or set(entry) != {*_RECORD_FIELDS, "command"}:
-            raise ValueError(f"{path}: record {index} must have exactly the fields "
-                             f"{', '.join(_RECORD_FIELDS)}, command")
     return data["machine"], data["records"]
 
 
@@ -131,7 +137,10 @@ def _entry(record: Record, command: str) -> dict:
     return {**dataclasses.asdict(record), "command": command}
 
 
-def _record(path: Path, index: int, entry: dict) -> Record:
+def _record(path: Path, index: int, entry) -> Record:
+    """Record ``index`` of the file ``path``; a ValueError naming both if the entry is not one."""
+    if not isinstance(entry, dict) or set(entry) != {*_RECORD_FIELDS, "command"}:
+        raise ValueError(f"{path}: record {index} must have exactly the fields {', '.join(_RECORD_FIELDS)}, command")
     try:
         return Record(**{field: entry[field] for field in _RECORD_FIELDS})
     except (TypeError, ValueError) as error:
@@ -141,6 +150,7 @@ def _record(path: Path, index: int, entry: dict) -> Record:
 def save_json(path: str | Path, records: Sequence[Record], report: dict, command: str) -> Path:
     """Write ``records`` with the machine ``report`` and the ``command`` that produced them."""
     records = check_records(records)
+    _check_unique(records)
     _check_command(command)
     path = Path(path)
     _write(path, report, [_entry(record, command) for record in records])
@@ -160,9 +170,11 @@ def save_reference(records: Sequence[Record], report: dict, command: str,
 
     ``directory`` defaults to ``data/reference``. A record replaces an older one with the same
     name, variant, metric and params; the others stay. The file's machine report becomes
-    ``report``. Returns the file's path.
+    ``report``. The merge holds a lock on the file (a hidden ``.<machine>.json.lock`` beside it),
+    so runs that save at the same moment keep every record. Returns the file's path.
     """
     records = check_records(records)
+    _check_unique(records)
     _check_command(command)
     label = machine_label(report)
     foreign = [record for record in records if record.machine != label]
@@ -170,26 +182,59 @@ def save_reference(records: Sequence[Record], report: dict, command: str,
         raise ValueError(f"records include one measured on {foreign[0].machine!r}, "
                          f"which cannot go into the reference file of {label!r}")
     path = Path(directory if directory is not None else data_dir() / "reference") / f"{label}.json"
-    kept = []
-    if path.exists():
-        replaced = {_record_key(record) for record in records}
-        kept = [entry for index, entry in enumerate(_read(path)[1])
-                if _record_key(_record(path, index, entry)) not in replaced]
-    _write(path, report, kept + [_entry(record, command) for record in records])
+    with exclusive_lock(path.with_name(f".{path.name}.lock")):
+        kept = []
+        if path.exists():
+            replaced = {_record_key(record) for record in records}
+            kept = [entry for index, entry in enumerate(_read(path)[1])
+                    if _record_key(_record(path, index, entry)) not in replaced]
+        _write(path, report, kept + [_entry(record, command) for record in records])
     return path
 
 
 def load_reference(directory: str | Path | None = None) -> list[Record]:
     """Records of every machine in ``directory`` (default ``data/reference``).
 
-    A file that is not a valid reference file is skipped, and the reason printed (to stdout, so
-    notebooks stay clean of stderr).
+    What is wrong is skipped alone, with the reason printed (to stdout, so notebooks stay clean of
+    stderr): a file that is not a reference file, or whose machine report is another machine's
+    than its name says; a record that is invalid, measured on another machine than its file's, or
+    a second one of the same figure. A ``directory`` given that is not a folder is a
+    FileNotFoundError; a data folder without ``reference/`` yet has no records.
     """
-    directory = Path(directory if directory is not None else data_dir() / "reference")
+    if directory is None:
+        directory = data_dir() / "reference"
+        if not directory.is_dir():
+            return []
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"directory={str(directory)!r} is not a folder of reference files")
     records = []
     for path in sorted(directory.glob("*.json")):
         try:
-            records += load_json(path)
+            report, entries = _read(path)
+            if machine_label(report) != path.stem:
+                raise ValueError(f"its machine report is of {machine_label(report)!r}, not {path.stem!r}")
         except (OSError, ValueError) as error:
             print(f"Skipped reference file {path.name}: {error}")
+            continue
+        records += _reference_records(path, entries)
+    return records
+
+
+def _reference_records(path: Path, entries: list[dict]) -> list[Record]:
+    """The valid records of one reference file; each one skipped is named with its index and reason."""
+    records, seen = [], {}
+    for index, entry in enumerate(entries):
+        try:
+            record = _record(path, index, entry)
+            if record.machine != path.stem:
+                raise ValueError(f"{path}: record {index} was measured on {record.machine!r}, not {path.stem!r}")
+            first = seen.setdefault(_record_key(record), index)
+            if first != index:
+                raise ValueError(f"{path}: record {index} repeats record {first} ({record.name} / "
+                                 f"{record.variant} / {record.metric} at {record.params})")
+        except ValueError as error:
+            print(f"Skipped {error}")
+            continue
+        records.append(record)
     return records

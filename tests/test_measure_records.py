@@ -1,0 +1,119 @@
+"""Reference records lose nothing and show nothing false (issue 21): each bad record is dropped alone
+and named, a record of another machine or a second copy of one figure is refused, and saves that
+run at the same moment keep every record (the merge holds a file lock)."""
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlgpu_helpers.core.files import LockHeld, exclusive_lock
+from rlgpu_helpers.measure.records import (
+    FORMAT,
+    Record,
+    load_json,
+    load_reference,
+    save_json,
+    save_reference,
+)
+
+REPORT = {"gpu": None, "cpu": "Test CPU 9000", "logical_cores": 4}
+LABEL = "cpu-test-cpu-9000-4c"
+
+
+def record(n=256, value=1.5, machine=LABEL):
+    return Record(name="matmul", variant="float32", metric="throughput", value=value, unit="TFLOP/s",
+                  params={"n": n}, spread=0.25, machine=machine, date="2025-01-31")
+
+
+def write_entries(path, entries):
+    path.write_text(json.dumps({"format": FORMAT, "machine": REPORT, "records": entries}))
+
+
+def entry(n, **changes):
+    return {**record(n).__dict__, "command": "cmd", **changes}
+
+
+def test_a_bad_record_is_dropped_alone_and_named_with_its_index(tmp_path, capsys):
+    write_entries(tmp_path / f"{LABEL}.json",
+                  [entry(1), entry(2, value=float("nan")), entry(3), {"value": 4}, entry(5, machine="gpu-h100")])
+    assert [r.params["n"] for r in load_reference(tmp_path)] == [1, 3]
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3
+    assert "record 1:" in out[0] and "value" in out[0]
+    assert "record 3 must have exactly the fields" in out[1]
+    assert "record 4 was measured on 'gpu-h100'" in out[2]
+
+
+def test_a_second_copy_of_one_figure_is_refused(tmp_path, capsys):
+    write_entries(tmp_path / f"{LABEL}.json", [entry(1), entry(2), entry(1, value=9.0)])
+    assert [(r.params["n"], r.value) for r in load_reference(tmp_path)] == [(1, 1.5), (2, 1.5)]
+    assert "record 2 repeats record 0" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="records 0 and 1 both measure matmul"):
+        save_reference([record(1), record(1, value=2.0)], REPORT, "cmd", directory=tmp_path)
+    with pytest.raises(ValueError, match="records 0 and 2 both measure"):
+        save_json(tmp_path / "x.json", [record(1), record(2), record(1)], REPORT, "cmd")
+
+
+def test_load_json_stays_strict(tmp_path):
+    path = tmp_path / "run.json"
+    write_entries(path, [entry(1), entry(2, value="fast")])
+    with pytest.raises(ValueError, match="record 1: value='fast'"):
+        load_json(path)
+
+
+def _save_many(directory, start, count):
+    for n in range(start, start + count):
+        save_reference([record(n)], REPORT, f"save {n}", directory=directory)
+
+
+def test_concurrent_saves_keep_every_record(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_save_many, args=(tmp_path, 100 * k, 25)) for k in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    saved = {r.params["n"] for r in load_reference(tmp_path)}
+    assert saved == {100 * k + i for k in range(4) for i in range(25)}
+
+
+def hold(lock, seconds: float) -> subprocess.Popen:
+    """Another process that holds ``lock`` for ``seconds``; returns once it holds it."""
+    script = ("import time; from rlgpu_helpers.core.files import exclusive_lock\n"
+              f"with exclusive_lock({str(lock)!r}):\n    print('held', flush=True); time.sleep({seconds})")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_held_lock_names_its_holder_and_a_killed_holders_lock_is_taken_over(tmp_path, capsys):
+    lock = tmp_path / "run.lock"
+    holder = hold(lock, 60)
+    try:
+        with pytest.raises(LockHeld, match=f"held by process {holder.pid}") as caught, exclusive_lock(lock, wait=False):
+            pass
+        assert caught.value.holder == holder.pid
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    with exclusive_lock(lock, wait=False):  # the kill released it; the pid left in the file is stale
+        assert lock.read_text().strip() == str(os.getpid())
+    assert f"taking over a stale lock of process {holder.pid}" in capsys.readouterr().out
+    assert lock.read_text() == ""  # a clean release leaves no pid behind
+
+
+def test_a_waiting_lock_gets_it_when_the_holder_ends(tmp_path):
+    lock = tmp_path / "run.lock"
+    holder = hold(lock, 1.0)
+    start = time.monotonic()
+    with exclusive_lock(lock):
+        waited = time.monotonic() - start
+    holder.wait()
+    assert waited > 0.3
