@@ -28,14 +28,15 @@ Where each lesson's helpers live:
                                   bench.syncs, bench.launch
 05    transfers_and_replay        gpu.transfer, bench.transfers, replay (the registry),
                                   replay.base, replay.naive, replay.tensor, replay.pinned,
-                                  replay.memmap, replay.prioritized, bench.replay
+                                  replay.memmap, replay.prioritized, bench.replay,
+                                  learn.dqn
 06    batch_size_and_memory       gpu.memory, gpu.monitor, learn.profile, bench.batch_size
 07    gradient_accumulation       gpu.accumulate, learn.ppo (accumulation), bench.accumulation
 08    mixed_precision             gpu.precision, learn.train_step, learn.tune (precision),
                                   bench.precision
 09    compile_and_graphs          gpu.graphs, learn.tune (launch settings), bench.graphs
 10    multi_gpu                   gpu.distributed, learn.ppo_ddp, bench.ddp
-11    capstone                    learn.ppo, learn.dqn, learn.training, learn.checkpoint,
+11    capstone                    learn.ppo, learn.training, learn.checkpoint,
                                   learn.agents, learn.tune (the capstone's settings),
                                   bench.time_to_score, bench.ablation
 ====  ==========================  ==========================================================

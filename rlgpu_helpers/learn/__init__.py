@@ -7,7 +7,7 @@
 - ``train_step``: one optimizer step of the actor-critic in a precision, the precision lesson's workload (08);
 - ``ppo``: PPO on ``VecSnake``, the whole loop on one device; ``collect`` and ``minibatch_update`` (11);
 - ``ppo_ddp``: data-parallel PPO with DDP, and the proof that it equals one process (10);
-- ``dqn``: DQN on ``VecSnake`` with a replay buffer on the same device (11);
+- ``dqn``: DQN on ``VecSnake`` with a replay buffer of any kind (05, and `train --algo dqn`);
 - ``training``: the outer loop with budgets, progress, learning curves and resume (11);
 - ``checkpoint``: checkpoints that survive a kill at any moment (11);
 - ``agents``: trained networks saved, loaded and watched (11);

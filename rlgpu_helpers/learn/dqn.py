@@ -1,4 +1,4 @@
-"""DQN on ``VecSnake``: the vectorized counterpart of notebook 01's loop (introduced in notebook 11).
+"""DQN on ``VecSnake``: the vectorized counterpart of notebook 01's loop (trained in notebook 05).
 
 Notebook 01's DQN steps one game, asks the network for one action, stores one transition in a
 deque and learns from a batch assembled from a list, every step. Here ``num_envs`` games step
@@ -13,7 +13,7 @@ The ``buffer`` setting picks the replay buffer by name (``replay.base.KINDS``, n
 compares them): by default ``"tensor"``, a ``TensorReplayBuffer`` on the learner's device.
 The buffers that keep transitions in host memory (``"host"``, ``"pinned"``, ``"memmap"``,
 ``"deque"``, ``"arrays"``) copy every added batch from a GPU to the host, which waits for the
-GPU. ``"prioritized"`` is prioritized experience replay: each update's loss is weighted by the
+GPU, except ``"pinned"``: its ``add`` only queues the copy, and its ``sample`` waits for it. ``"prioritized"`` is prioritized experience replay: each update's loss is weighted by the
 importance weights, the new priorities are ``|TD error| + PRIORITY_EPS``, and ``beta`` rises
 linearly from ``priority_beta`` to 1 over the training budget.
 
