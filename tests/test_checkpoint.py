@@ -68,3 +68,37 @@ def test_a_checkpoint_must_hold_a_dict(tmp_path):
     torch.save([1, 2, 3], path)
     with pytest.raises(CheckpointError, match="holds a list"):
         load_checkpoint(path)
+
+
+def test_a_run_removes_the_unfinished_checkpoints_of_killed_runs_and_keeps_the_rest(tmp_path, capsys):
+    import contextlib
+
+    from rlgpu_helpers.learn.training import hold_run_folder
+
+    save_checkpoint(tmp_path / "checkpoint.pt", {"step": 1})
+    left = [tmp_path / "checkpoint.pt.a1b2.tmp", tmp_path / "checkpoint.pt.zz_9.tmp"]
+    kept = [tmp_path / "other.pt.a1b2.tmp", tmp_path / "notes.tmp"]
+    for path in left + kept:
+        path.write_bytes(b"x" * 100)
+    with contextlib.ExitStack() as stack:
+        hold_run_folder(stack, tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+            ["checkpoint.pt", "train.lock", *(p.name for p in kept)])
+    printed = capsys.readouterr().out
+    assert all(f"Removed {path}" in printed for path in left)
+    assert load_checkpoint(tmp_path)["step"] == 1
+
+
+def test_the_folder_is_flushed_after_the_rename(tmp_path, monkeypatch):
+    import os
+
+    synced, real_fsync = [], os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = save_checkpoint(tmp_path / "checkpoint.pt", {"step": 1})
+    assert len(synced) == 2 and synced[1] == str(tmp_path.resolve())  # the file's data, then the folder
+    assert synced[0].startswith(str(path)) and synced[0].endswith(".tmp")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from glob import escape as glob_escape
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -49,7 +50,31 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_folder(path.parent)
     return path
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries to disk, so a rename in it survives a power cut (POSIX only)."""
+    if os.name == "posix":
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def remove_temporaries(path: str | Path) -> list[Path]:
+    """Delete the ``*.tmp`` files that killed :func:`atomic_write` calls to ``path`` left; returns them.
+
+    Only for a caller that holds the folder (see :func:`exclusive_lock`): another process's write
+    in progress would lose its temporary file.
+    """
+    path = Path(path)
+    stale = sorted(path.parent.glob(f"{glob_escape(path.name)}.*.tmp"))
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return stale
 
 
 class LockHeld(RuntimeError):

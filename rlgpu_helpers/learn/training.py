@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ..core.checks import check_bool, check_choice, check_number
 from ..core.device import get_device
-from ..core.files import LockHeld, exclusive_lock
+from ..core.files import LockHeld, exclusive_lock, remove_temporaries
 from .checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -178,7 +178,8 @@ def hold_run_folder(stack: contextlib.ExitStack, out_dir: str | Path) -> None:
     """Lock the run folder ``out_dir`` for as long as ``stack`` is open: one ``train`` at a time.
 
     Checked before any work: a folder that cannot be written (a file, no permission) or that
-    another run holds (the message names its pid) is a :class:`RunFolderError`.
+    another run holds (the message names its pid) is a :class:`RunFolderError`. Once held, the
+    unfinished checkpoints that killed runs left (``checkpoint.pt.*.tmp``) are removed.
     """
     try:
         stack.enter_context(exclusive_lock(Path(out_dir) / RUN_LOCK_NAME, wait=False))
@@ -186,6 +187,8 @@ def hold_run_folder(stack: contextlib.ExitStack, out_dir: str | Path) -> None:
         raise RunFolderError(f"out_dir={str(out_dir)!r} is in use: {error}") from None
     except OSError as error:
         raise RunFolderError(f"out_dir={str(out_dir)!r} cannot hold a run: {error}") from None
+    for tmp in remove_temporaries(Path(out_dir) / CHECKPOINT_NAME):
+        print(f"Removed {tmp}, the unfinished checkpoint of a run that was killed")
 
 
 def _train(learner, path: Path | None, *, seconds, steps, resume, device, checkpoint_every_s, progress):
