@@ -32,10 +32,20 @@ import torch
 import torch.distributed as dist
 
 from .bench.suites import SUITES
-from .core.args import UsageError, device_argument, positive, seed_argument, setting, typed_settings
+from .core.args import (
+    UsageError,
+    device_argument,
+    output_file,
+    output_folder,
+    positive,
+    seed_argument,
+    setting,
+    typed_settings,
+)
 from .core.checks import SEED_LIMIT
 from .core.config import is_quick
 from .core.device import describe_device, device_report, get_device, machine_label
+from .core.files import atomic_write
 from .gpu.distributed import (
     BACKENDS,
     DEFAULT_TIMEOUT_S,
@@ -52,7 +62,12 @@ from .gpu.distributed import (
 from .learn.agents import load_agent, play_episode, save_agent
 from .learn.checkpoint import CheckpointError
 from .learn.ppo import PPOConfig
-from .learn.ppo_ddp import PROOF_SETTINGS, gradient_check, measure_iterations, train_distributed
+from .learn.ppo_ddp import (
+    PROOF_SETTINGS,
+    gradient_check,
+    measure_iterations,
+    train_distributed,
+)
 from .learn.training import ALGORITHMS, RunFolderError, make_learner, train
 from .learn.tune import CAPSTONE_OBS, capstone_settings, suggested_settings
 from .measure.records import save_json, save_reference
@@ -92,7 +107,8 @@ def add_bench(subparsers) -> None:
                         help="which benchmarks to run (default: %(default)s)")
     parser.add_argument("--device", type=device_argument, default=None,
                         help="cpu, cuda, cuda:N or mps (default: the best available)")
-    parser.add_argument("--json", metavar="PATH", default=None, help="also write the records to this JSON file")
+    parser.add_argument("--json", type=output_file, metavar="PATH", default=None,
+                        help="also write the records to this JSON file")
     parser.add_argument("--save", action="store_true",
                         help="merge the records into data/reference/<this machine>.json")
     parser.set_defaults(run=run_bench)
@@ -168,17 +184,20 @@ def run_train(args: argparse.Namespace) -> int:
         })
         print(f"Agent: {args.agent}")
     if args.json is not None:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
         summary = {
             "format": "rlgpu-curve/1", "command": _command(args), "machine": device_report(device),
             "date": datetime.date.today().isoformat(), "algorithm": result.algorithm, "config": result.config,
             "seconds": result.seconds, "env_steps": result.env_steps, "episodes": result.episodes,
             "mean_score": result.mean_score, "curve": result.curve,
         }
-        path.write_text(json.dumps(summary, indent=1))
-        print(f"Wrote {path}")
+        print(f"Wrote {write_json(args.json, summary)}")
     return 0
+
+
+def write_json(path: Path, data) -> Path:
+    """Write ``data`` as JSON, atomically: a kill leaves the old file or the new one, never half."""
+    text = json.dumps(data, indent=1) + "\n"
+    return atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
@@ -198,12 +217,20 @@ def _run_data_parallel(args: argparse.Namespace) -> int:
     """``train --nproc N``: the same training, data-parallel on N processes started by torchrun (notebook 10)."""
     if args.algo not in (None, "ppo"):
         raise UsageError(f"--nproc {args.nproc}: data-parallel training is PPO only, not --algo {args.algo}")
-    try:
-        check_data_parallel_settings(typed_settings(PPOConfig, args.set or [], "ppo").get("cuda_graphs", False))
-    except ValueError as error:
-        raise UsageError(f"--nproc {args.nproc}: {error}") from None
     if args.agent is not None:
         raise UsageError(f"--nproc {args.nproc} does not write --agent: play the checkpoint in --out instead")
+    given = [f"--{name}" for name in ("obs", "size", "envs", "set") if getattr(args, name) not in (None, [])]
+    if args.resume and given:
+        raise UsageError(f"--resume continues the run in --out with its own settings; leave out {', '.join(given)}")
+    if args.resume and args.out is None:
+        raise UsageError("--resume needs --out, the folder of the run to continue")
+    settings = typed_settings(PPOConfig, args.set or [], "ppo")
+    try:  # every rank builds this config: check it here, once, before torchrun starts them
+        check_data_parallel_settings(settings.get("cuda_graphs", False))
+        PPOConfig(**{"obs_type": args.obs or "features", "height": args.size or 10, "width": args.size or 10,
+                     **({"num_envs": args.envs} if args.envs is not None else {}), **settings})
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"--nproc {args.nproc}: {error}") from None
     command = torchrun_command(args.nproc, _without_nproc(args.argv) + ["--no-progress"] * (not sys.stderr.isatty()))
     print(f"Starting {args.nproc} processes: {shlex.join(command)}", flush=True)
     return subprocess.call(command)
@@ -229,14 +256,17 @@ def add_train(subparsers) -> None:
                         help="seed of the learner and the games, in [0, 2**64) (default: 0)")
     parser.add_argument("--set", type=setting, action="append", default=None, metavar="NAME=VALUE",
                         help="any other setting of the learner's config, e.g. --set learning_rate=3e-4")
-    parser.add_argument("--out", default=None, help="run folder for checkpoints (default: runs/ALGO-OBS-TIME)")
+    parser.add_argument("--out", type=output_folder, default=None,
+                        help="run folder for checkpoints (default: runs/ALGO-OBS-TIME)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its checkpoint, with its saved settings "
                              "(--device may move it)")
     parser.add_argument("--checkpoint-every", type=positive(float), default=120.0, metavar="SECONDS",
                         help="seconds between checkpoints (default: %(default)s)")
-    parser.add_argument("--agent", default=None, metavar="PATH", help="also save the trained agent (network only)")
-    parser.add_argument("--json", default=None, metavar="PATH", help="write the learning curve and summary")
+    parser.add_argument("--agent", type=output_file, default=None, metavar="PATH",
+                        help="also save the trained agent (network only)")
+    parser.add_argument("--json", type=output_file, default=None, metavar="PATH",
+                        help="write the learning curve and summary")
     parser.add_argument("--choose", action="store_true",
                         help="PPO: first measure and choose the number of games, the precision and compile / "
                              "CUDA graphs for this device and --seconds (notebook 11; a minute or two), and the "
@@ -249,6 +279,8 @@ def add_train(subparsers) -> None:
 
 def run_play(args: argparse.Namespace) -> int:
     """Play games with a trained agent and save them as an animation."""
+    if args.gif is not None and args.gif.suffix.lower() != ".gif":
+        raise UsageError(f"--gif {args.gif}: the file name must end in .gif")
     try:
         agent = load_agent(args.agent, device=args.device if args.device is not None else "cpu")
     except CheckpointError as error:
@@ -275,7 +307,8 @@ def add_play(subparsers) -> None:
     parser.add_argument("--games", type=positive(int), default=1, help="games to play (default: 1)")
     parser.add_argument("--seed", type=seed_argument, default=0,
                         help="seed of the first game's food placement (game k uses seed + k)")
-    parser.add_argument("--gif", default=None, metavar="PATH", help="save the games as an animated GIF")
+    parser.add_argument("--gif", type=output_file, default=None, metavar="PATH",
+                        help="save the games as an animated GIF")
     parser.add_argument("--fps", type=positive(int), default=10, help="frames per second of the GIF")
     parser.add_argument("--device", type=device_argument, default=None, help="device to run the network on")
     parser.set_defaults(run=run_play)
@@ -342,8 +375,7 @@ def run_rank(args: argparse.Namespace) -> int:
     with process_group(world, backend, device, args.timeout):
         result = args.rank_run(args, world, device)
         if world.rank == 0 and args.json is not None:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(result, indent=1))
+            write_json(args.json, result)
     return 0
 
 
@@ -359,7 +391,7 @@ def add_rank(subparsers) -> None:
     common.add_argument("--backend", choices=BACKENDS, default=None, help="default: nccl on cuda, gloo on cpu")
     common.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="how long a collective waits for the other ranks (default: %(default)s)")
-    common.add_argument("--json", default=None, metavar="PATH", help="rank 0 writes its result here")
+    common.add_argument("--json", type=output_file, default=None, metavar="PATH", help="rank 0 writes its result here")
 
     train = ranks.add_parser("train", parents=[common], help="train PPO, data-parallel")
     train.add_argument("--algo", choices=["ppo"], default=None, help="data-parallel training is PPO only")
@@ -370,7 +402,7 @@ def add_rank(subparsers) -> None:
     train.add_argument("--set", type=setting, action="append", default=None, metavar="NAME=VALUE")
     train.add_argument("--seconds", type=positive(float), default=None)
     train.add_argument("--steps", type=positive(int), default=None, help="env step budget, all ranks together")
-    train.add_argument("--out", default=None)
+    train.add_argument("--out", type=output_folder, default=None)
     train.add_argument("--resume", action="store_true")
     train.add_argument("--checkpoint-every", type=positive(float), default=120.0, metavar="SECONDS")
     train.add_argument("--no-progress", dest="progress", action="store_false")

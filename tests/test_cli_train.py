@@ -33,6 +33,14 @@ def test_train_then_play(tmp_path, capsys):
         (["train", "--algo", "a2c"], "invalid choice: 'a2c'"),
         (["train", "--envs", "0"], "expected a positive int, got '0'"),
         (["train", "--seconds", "-1"], "expected a positive float, got '-1'"),
+        (["train", "--seconds", "inf"], "expected a finite float, got 'inf'"),
+        (["train", "--set", "hidden=2.9e0"], "--set hidden='2.9e0': expected a int"),
+        (["train", "--set", "hidden=inf"], "--set hidden='inf': expected a int"),
+        (["train", "--nproc", "2", "--set", "precision=fp64"], "--nproc 2: precision='fp64' must be one of"),
+        (["train", "--nproc", "2", "--set", "hidden=2.5"], "--set hidden='2.5': expected a int"),
+        (["train", "--nproc", "2", "--resume", "--out", "runs/x", "--set", "gamma=0.9"], "leave out --set"),
+        (["train", "--nproc", "2", "--resume"], "--resume needs --out"),
+        (["play", "x.pt", "--gif", "games.png"], "--gif games.png: the file name must end in .gif"),
         (["train", "--resume"], "--resume needs --out"),
         (["train", "--set", "nope=1"], "ppo has no setting 'nope'"),
         (["train", "--set", "learning_rate=fast"], "expected a float"),
@@ -128,11 +136,35 @@ def test_two_runs_on_one_folder_cannot_both_run(tmp_path):
 
 
 @pytest.mark.parametrize("make_out", ["a file", "a folder inside a file"])
-def test_a_run_folder_that_cannot_be_written_is_refused_before_training(tmp_path, capsys, make_out):
+def test_train_refuses_a_run_folder_that_cannot_be_written_before_training(tmp_path, make_out):
+    from rlgpu_helpers.learn.training import RunFolderError, make_learner, train
+
     (tmp_path / "file").write_text("not a folder")
     out = tmp_path / "file" if make_out == "a file" else tmp_path / "file" / "run"
+    learner = make_learner("ppo", num_envs=4, num_steps=4, hidden=4, height=5, width=5)
+    with pytest.raises(RunFolderError, match=f"out_dir={str(out)!r} cannot hold a run"):
+        train(learner, steps=10**9, out_dir=out, progress=False)
+    assert learner.env_steps == 0
+
+
+@pytest.mark.parametrize("option", ["--json", "--agent", "--out"])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, capsys, option):
+    (tmp_path / "file").write_text("not a folder")
+    bad = {"--json": tmp_path, "--agent": tmp_path / "file" / "agent.pt", "--out": tmp_path / "file"}[option]
     with pytest.raises(SystemExit) as exit_info:
-        main([*TINY_RUN, "--steps", "100000000", "--out", str(out)])
+        main([*TINY_RUN, "--steps", "100000000", option, str(bad)])
     captured = capsys.readouterr()
-    assert exit_info.value.code == 2 and f"out_dir={str(out)!r} cannot hold a run" in captured.err
-    assert "env steps" not in captured.out
+    assert exit_info.value.code == 2 and "env steps" not in captured.out
+    assert {"--json": "is a folder: give a file name", "--agent": "is a file, not a folder",
+            "--out": "is a file, not a folder"}[option] in captured.err
+
+
+def test_the_curve_json_is_written_atomically(tmp_path, monkeypatch):
+    from rlgpu_helpers import cli
+
+    written = []
+    real = cli.atomic_write
+    monkeypatch.setattr(cli, "atomic_write", lambda path, write: written.append(path) or real(path, write))
+    curve = tmp_path / "deep" / "curve.json"
+    assert main([*TINY_RUN, "--steps", "256", "--json", str(curve)]) == 0
+    assert written == [curve] and json.loads(curve.read_text())["env_steps"] == 256

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import os
+from pathlib import Path
 
 from .checks import check_seed
 from .device import get_device
@@ -19,7 +22,7 @@ class UsageError(Exception):
 
 
 def positive(kind):
-    """An argparse type: a ``kind`` (int or float) above zero."""
+    """An argparse type: a finite ``kind`` (int or float) above zero."""
     def parse(text):
         try:
             value = kind(text)
@@ -27,8 +30,39 @@ def positive(kind):
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
         if not value > 0:
             raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite {kind.__name__}, got {text!r}")
         return value
     return parse
+
+
+def _writable_place(path: Path, text: str) -> None:
+    """ArgumentTypeError unless the folder that would hold ``path`` exists or can be made, writable."""
+    ancestor = path.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: no permission to write in {ancestor}")
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: a file the command writes at its end, checked now so no work is lost to a bad path."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: give a file name")
+    _writable_place(path, text)
+    return path
+
+
+def output_folder(text: str) -> Path:
+    """An argparse type: a folder the command writes into (made if missing), checked now."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
+    _writable_place(path / "x", text)
+    return path
 
 
 def seed_argument(text: str) -> int:
@@ -56,6 +90,17 @@ def setting(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _whole_number(text: str) -> int:
+    """``"4096"`` or ``"4e3"`` as an int; ValueError for ``"2.9e0"`` (never truncated) or ``"inf"``."""
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)
+        if not value.is_integer():  # also False for inf and nan
+            raise ValueError(text) from None
+        return int(value)
+
+
 def typed_settings(config_class, pairs, what: str) -> dict:
     """Turn ``--set name=value`` pairs into the field types of the dataclass ``config_class``.
 
@@ -73,8 +118,10 @@ def typed_settings(config_class, pairs, what: str) -> dict:
                 if text.lower() not in ("true", "false", "1", "0"):
                     raise ValueError(text)
                 settings[name] = text.lower() in ("true", "1")
+            elif kind is int:
+                settings[name] = _whole_number(text)
             else:
-                settings[name] = kind(float(text)) if kind is int and "e" in text.lower() else kind(text)
+                settings[name] = kind(text)
         except ValueError:
             raise UsageError(f"--set {name}={text!r}: expected a {kind.__name__}") from None
     return settings

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.checks import check_int, check_number
+from ..core.files import atomic_write
 from . import rules
 from .rules import SnakeState
 
@@ -113,8 +114,7 @@ def save_animation(states, path, height: int, width: int, cell_px: int = 16, fps
         raise ValueError(f"path={str(path)!r} must end in .gif")
     check_number("fps", fps, above=0)
     data = gif_bytes(states, height, width, cell_px, 1000 / fps)
-    path.write_bytes(data)
-    return path
+    return atomic_write(path, lambda f: f.write(data))
 
 
 def png_bytes(image: np.ndarray) -> bytes:
