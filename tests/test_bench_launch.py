@@ -11,7 +11,9 @@ from rlgpu_helpers.bench.launch import (
     TINY_OP,
     Ceilings,
     StepProfile,
+    bandwidth_lines,
     ceiling_records,
+    ceilings_lines,
     ceilings_table,
     launch_floor_label,
     make_ceilings,
@@ -22,7 +24,13 @@ from rlgpu_helpers.bench.launch import (
     profiles_from_records,
     reference_ceilings,
 )
-from rlgpu_helpers.gpu.launches import CPU_COUNTED, LaunchCount, count_launches, quiet_profiler, traffic_bytes
+from rlgpu_helpers.gpu.launches import (
+    CPU_COUNTED,
+    LaunchCount,
+    count_launches,
+    quiet_profiler,
+    traffic_bytes,
+)
 from rlgpu_helpers.measure.records import Record
 
 
@@ -140,3 +148,30 @@ def test_measure_launch_gives_records_for_the_reference_file():
     records = measure_launch("cpu", progress=False)
     assert {r.name for r in records} == {"op_latency", "env_step_profile"}
     assert len(profiles_from_records(records)) == 2
+
+
+def copy_record(mib, value, machine="cpu-here", date="2026-01-02", spread=None):
+    return Record("copy", "device copy", "bandwidth", value, "GB/s", {"MiB": mib}, spread, machine, date)
+
+
+def test_bandwidth_lines_show_the_largest_copy_and_the_same_copy_from_another_run():
+    copies = [copy_record(1, 150.0), copy_record(1024, 60.0)]
+    stored = [copy_record(1024, 120.0, date="2025-12-01", spread=1.5), copy_record(1, 999.0),
+              copy_record(1024, 5.0, machine="elsewhere")]
+    first, second = bandwidth_lines(copies, stored)
+    assert first == "cpu-here: 60.0 GB/s copying the largest buffer, 1,024 MiB (by buffer size: 1 MiB 150, 1,024 MiB 60.0 GB/s)"
+    assert "(2025-12-01): 120 ± 1.50 GB/s, 0.500x of it here" in second
+    assert bandwidth_lines(copies) == [first]
+    with pytest.raises(TypeError, match="stored must hold only Record"):
+        bandwidth_lines(copies, [1.0])
+
+
+def test_ceilings_lines_say_where_the_floors_cross_and_how_far_above_the_measurement_is():
+    c = make_ceilings(PROFILE, latency_us=2.0, bandwidth_gbs=100.0, machine="m")
+    measured = [throughput(100_000, 100_000 / 0.004), throughput(1, 2_000)]
+    line, = ceilings_lines(measured, [c])
+    # 100 launches x 2 µs = 200 µs; 1,000 B per game at 100 GB/s = 0.01 µs per game: they cross at 20,000
+    assert line.endswith("launch floor 200 µs; the floors cross at N ≈ 20,000; bandwidth-bound from N = 100,000 on; "
+                         "measured 2.5x to 4.0x the larger floor"), line
+    empty, = ceilings_lines([], [c])
+    assert empty.endswith("launch-bound at every N measured; no time per step measured")

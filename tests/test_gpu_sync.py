@@ -6,7 +6,14 @@ import inspect
 import pytest
 import torch
 
-from rlgpu_helpers.gpu.sync import DeferredCheck, SyncReport, SyncRow, audit_syncs
+from rlgpu_helpers.gpu.sync import (
+    MULTINOMIAL,
+    DeferredCheck,
+    SyncReport,
+    SyncRow,
+    audit_syncs,
+    multinomial_synchronizes,
+)
 
 x = torch.arange(10.0)
 mask = x > 4
@@ -35,7 +42,6 @@ SYNCING = {
     "where(mask)": (lambda: torch.where(mask), "nonzero"),
     "masked_select": (lambda: x.masked_select(mask), "masked_select"),
     "unique": (lambda: torch.unique(x), "unique"),
-    "multinomial": (lambda: torch.multinomial(torch.ones(3), 1), "multinomial"),
     "equal": (lambda: torch.equal(x, x), "torch.equal"),
     "bincount": (lambda: torch.bincount(index), "bincount"),
     "repeat_interleave": (lambda: torch.repeat_interleave(x, torch.ones(10, dtype=torch.long)), "repeat_interleave"),
@@ -75,6 +81,24 @@ def test_each_syncing_operator_is_flagged_once_where_it_is_called(name):
 def test_operators_that_never_wait_are_not_flagged(name):
     report = flagged(CLEAN[name])
     assert report.total == 0, report
+
+
+def test_multinomial_counts_only_where_this_torch_reads_its_check_on_the_host(monkeypatch):
+    # torch 2.4 checked the probabilities with .item(); torch 2.5 and later with a device-side assert.
+    version = tuple(int(part) for part in torch.__version__.split(".")[:2])
+    assert multinomial_synchronizes() == (version < (2, 5))
+    draw = lambda: torch.multinomial(torch.ones(3), 1)
+    assert flagged(draw).total == int(multinomial_synchronizes())
+    monkeypatch.setattr("rlgpu_helpers.gpu.sync.multinomial_synchronizes", lambda: True)
+    report = flagged(draw)
+    assert [(row.operator, row.count) for row in report.rows] == [(MULTINOMIAL, 1)]
+
+
+@pytest.mark.gpu
+def test_the_multinomial_rule_agrees_with_the_cuda_runtime():
+    probs = torch.ones(4, 3, device="cuda")
+    report = audit_syncs(lambda: torch.multinomial(probs, 1), "cuda")
+    assert (report.total > 0) == multinomial_synchronizes(), report
 
 
 def test_counts_add_up_over_a_loop_and_the_table_shows_them():
@@ -191,3 +215,14 @@ def test_a_deferred_check_refuses_to_run_inside_a_cuda_graph_capture(monkeypatch
             call()
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     assert check.record(values > 2, values)  # outside a capture it works as before
+
+
+def test_a_number_written_through_a_mask_never_excuses_a_tensor_written_later():
+    # y[mask] = 0 lifts the 0 into a tensor and frees it; a tensor made later can get its id.
+    def step():
+        for _ in range(50):
+            y = x.clone()
+            y[mask] = 0
+            y[mask] = x.flip(0)[mask]
+    counts = {row.operator: row.count for row in flagged(step).rows}
+    assert counts == {"boolean-mask indexing x[mask]": 50, "boolean-mask assignment x[mask] = tensor": 50}, counts

@@ -158,7 +158,7 @@ CALLS = (
              {"num_envs": (65536,)}),  # 2 compiles of a whole iteration
         Step("graphs: the env step", 70, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
              {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
-        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits
+        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
     )),
     Call("headline records: the time to a score, with the settings chosen on the GPU for a run of 60 s", (
         # 5 trials of 20 s, then the launch settings timed: 2 compiles of a whole iteration

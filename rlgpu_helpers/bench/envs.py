@@ -27,7 +27,8 @@ number generator is not what gets timed.
 artificially expensive (:class:`~rlgpu_helpers.snake.cpu_vector.BusyWaitWrapper`), to find the per-step
 cost at which subprocesses start to beat the in-process loop (:func:`async_crossover`).
 :func:`best_per_variant` picks, from any records, the number of games at which each variant was
-fastest, and :func:`microseconds_per_step` turns a record back into the time of one step.
+fastest, :func:`curve_lines` reads each curve of steps/s against N in one line (notebook 04), and
+:func:`microseconds_per_step` turns a record back into the time of one step.
 
 Two helpers read the records against what else is known:
 
@@ -245,7 +246,7 @@ def run_jobs(jobs: Sequence[_Job], name: str, machine: str, progress: bool, desc
             if variant in too_big and n >= too_big[variant]:
                 continue
             try:
-                measured, out_of_memory = try_to_fit(lambda: _measure(make, timed_on), timed_on)
+                measured, out_of_memory = try_to_fit(lambda make=make, timed_on=timed_on: _measure(make, timed_on), timed_on)
             except _NoSubprocesses:
                 no_subprocesses = True  # nothing measured: no record rather than a mislabelled one
                 continue
@@ -407,6 +408,29 @@ def best_per_variant(records: Sequence[Record], x: str = "num_envs") -> list[Rec
             best[key] = record
     return list(best.values())
 
+
+def curve_lines(records: Sequence[Record], loop: Record | None = None) -> list[str]:
+    """Each curve of env steps/s against N (one machine, device and variant), read in one line:
+    its speed with one game, its best and where, and the largest N measured.
+
+    ``loop`` (the ``SnakeEnv loop`` record) sets the best of its own machine's curves beside it;
+    its machine's curves come first, the other machines' in name order.
+    """
+    records = env_step_records(records, "records")
+    first = loop.machine if loop is not None else None
+    lines = []
+    for machine in sorted({r.machine for r in records}, key=lambda m: (m != first, m)):
+        for device in sorted({r.params.get("device", "?") for r in records if r.machine == machine}):
+            curve = [r for r in records if r.machine == machine and r.params.get("device", "?") == device]
+            for best in best_per_variant(curve):
+                rates = {r.params["num_envs"]: r.value for r in curve if r.variant == best.variant}
+                largest = max(rates)
+                versus = f" ({best.value / loop.value:,.3g}x the SnakeEnv loop)" if machine == first else ""
+                one = f"{rates[1]:,.0f} steps/s with 1 game" if 1 in rates else "no measurement with 1 game"
+                lines.append(f"{machine} · {best.variant} on {device}: {one}; best {best.value:,.0f} at "
+                             f"N = {best.params['num_envs']:,}{versus}; {rates[largest]:,.0f} at N = {largest:,}, "
+                             "the largest measured")
+    return lines
 
 def async_crossover(records: Sequence[Record]) -> float | None:
     """The smallest per-step cost (µs) from which ``AsyncVectorEnv`` beats ``SyncVectorEnv``.

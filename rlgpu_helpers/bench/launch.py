@@ -27,6 +27,8 @@ What is measured, and how:
   launched and bytes moved per call.
 * :func:`profile_vec_snake` applies both counts to ``VecSnake`` steps; the bytes are measured at
   two N, and their difference divided by the difference in N gives the bytes per game.
+* :func:`bandwidth_lines`: the copy bandwidth of notebook 00's ``memory_bandwidth``, beside the
+  same copy stored by another run of the same machine label (why two runs can differ).
 """
 
 from __future__ import annotations
@@ -224,6 +226,32 @@ def bandwidth_from_records(records: Sequence[Record], machine: str) -> float | N
     return max(copies, key=lambda r: r.params["MiB"]).value if copies else None
 
 
+def bandwidth_lines(copies: Sequence[Record], stored: Sequence[Record] = ()) -> list[str]:
+    """What :func:`~rlgpu_helpers.bench.ceilings.memory_bandwidth` measured, one line per machine,
+    each followed by the same copy stored in ``stored`` for that machine label by another run.
+
+    A line gives the largest ``"device copy"`` (the memory ceiling) and the figure at every size.
+    The stored lines let a student compare two runs of the same measurement on the same kind of
+    machine (notebook 00 makes one, ``python -m rlgpu_helpers bench --save`` stores one): the
+    code, the sizes and what is counted (2 x size / time, the read and the write) are the same.
+    """
+    copies, stored = check_records(copies, "copies"), check_records(stored, "stored")
+    lines = []
+    for machine in sorted({r.machine for r in copies}):
+        ours = sorted(select(copies, name="copy", variant="device copy", machine=machine), key=lambda r: r.params["MiB"])
+        if not ours:
+            continue
+        largest = ours[-1]
+        sizes = ", ".join(f"{r.params['MiB']:,} MiB {format_number(r.value)}" for r in ours)
+        lines.append(f"{machine}: {format_number(largest.value)} GB/s copying the largest buffer, "
+                     f"{largest.params['MiB']:,} MiB (by buffer size: {sizes} GB/s)")
+        for r in select(stored, name="copy", variant="device copy", machine=machine, MiB=largest.params["MiB"]):
+            spread = "" if r.spread is None else f" ± {format_number(r.spread)}"
+            lines.append(f"    the same copy in data/reference/, another run on {machine} ({r.date}): "
+                         f"{format_number(r.value)}{spread} GB/s, {format_number(largest.value / r.value)}x of it here")
+    return lines
+
+
 def reference_ceilings(records: Sequence[Record], variant: str = "VecSnake features") -> list[Ceilings]:
     """:class:`Ceilings` of ``variant`` for every machine whose records hold all three parts: a
     step profile, the tiny operation's time on the profile's device, and a copy bandwidth."""
@@ -297,6 +325,23 @@ def ceilings_table(throughput: Sequence[Record], ceilings: Ceilings) -> Table:
 
 
 # ---------------------------------------------------------------------------- for the GPU sweep
+
+def ceilings_lines(throughput: Sequence[Record], ceilings: Sequence[Ceilings]) -> list[str]:
+    """One line per :class:`Ceilings`: its launch floor, where the floors cross, from which measured N
+    the step is bandwidth-bound, and how far above the larger floor the measured times lie."""
+    lines = []
+    for c in ceilings:
+        measured = {r.params["num_envs"]: r.value for r in ceiling_records(throughput, c)
+                    if r.variant.startswith("measured")}
+        ratio = [t / max(c.launch_floor_us, c.memory_floor_us(n)) for n, t in measured.items()]
+        bound = [n for n in measured if c.bound(n) == "bandwidth-bound"]
+        where = f"bandwidth-bound from N = {min(bound):,} on" if bound else "launch-bound at every N measured"
+        above = (f"measured {min(ratio):.1f}x to {max(ratio):.1f}x the larger floor" if ratio
+                 else "no time per step measured")
+        lines.append(f"{c.machine} · {c.profile.variant} on {c.profile.device}: launch floor "
+                     f"{c.launch_floor_us:,.0f} µs; the floors cross at N ≈ {c.crossover:,.0f}; {where}; {above}")
+    return lines
+
 
 def measure_launch(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
     """Notebook 04's two ceilings on ``device``, as records for ``data/reference/``:

@@ -1,10 +1,12 @@
 """Notebook 04's measurements: VecSnake's steps/s and time per step against N on a GPU, and what
 each synchronization point costs.
 
-- ``default_scaling_num_envs``, ``time_per_step_records``, ``flat_until``, ``same_cost_checks``:
-  the flat stretch of time per step, where more games cost nothing (04);
-- ``sync_cost_throughput``, ``audit_sync_points``, ``sync_costs``: the env's step with each sync
-  point put back, its steps/s, and the syncs the audit counts (04).
+- ``default_scaling_num_envs``, ``time_per_step_records``, ``flat_until``, ``flat_lines``,
+  ``same_cost_checks``: the flat stretch of time per step, where more games cost nothing (04);
+- ``sync_cost_throughput``, ``audit_sync_points``, ``sync_costs``, ``sync_cost_lines``: the env's
+  step with each sync point put back, its steps/s, and the syncs the audit counts (04);
+- ``read_cost_throughput``, ``read_cost_table``: the sync-free step with k host reads after it,
+  the cost of k synchronizations against none on the device at hand (04).
 
 The env builders and the throughput records they share with notebook 03 are in :mod:`.envs`.
 """
@@ -22,7 +24,7 @@ from ..core.config import pick
 from ..core.device import get_device, machine_of
 from ..gpu.sync import SyncRow, audit_syncs
 from ..measure.claims import APPROX, CLAIMS, ClaimCheck, judge, speedup_spread
-from ..measure.records import Record
+from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..snake import rules
 from ..snake.naive_tensor import SYNC_POINTS, NaiveTensorSnake
@@ -99,6 +101,28 @@ def flat_until(records: Sequence[Record], variant: str, *, device: str | None = 
             break
         flat = n
     return flat, max(times)
+
+
+def flat_lines(records: Sequence[Record]) -> list[str]:
+    """For each machine, ``VecSnake`` variant and device of ``records``: the time of a step at N = 1,
+    the N up to which :func:`flat_until` finds it flat, and the time at the largest N measured."""
+    records = env_step_records(records, "records")
+    lines = []
+    for machine in sorted({r.machine for r in records}):
+        mine = [r for r in records if r.machine == machine]
+        for variant in ("VecSnake features", "VecSnake grid"):
+            for device in sorted({r.params["device"] for r in mine if r.variant == variant}):
+                found = flat_until(mine, variant, device=device)
+                if found is None:
+                    lines.append(f"{machine} · {variant} on {device}: no measurement at N = 1")
+                    continue
+                times = {r.params["num_envs"]: r.value for r in time_per_step_records(mine)
+                         if r.variant == variant and r.params["device"] == device}
+                flat, largest = found
+                lines.append(f"{machine} · {variant} on {device}: {times[1]:,.0f} µs per step at N = 1; within "
+                             f"{APPROX:.0%} of it up to N = {flat:,}; {times[largest]:,.0f} µs at N = {largest:,} "
+                             f"({format_number(times[largest] / times[1])}x)")
+    return lines
 
 
 SAME_COST_NUM_ENVS = (1, 256)
@@ -380,16 +404,121 @@ def sync_cost_table(records: Sequence[Record], audits: Sequence[SyncAudit] = ())
     return Table(columns, rows, [False, False, True, False, True, True, True, True, True])
 
 
+def sync_cost_lines(records: Sequence[Record], audits: Sequence[SyncAudit] = (),
+                    scaling: Sequence[Record] = ()) -> list[str]:
+    """:func:`sync_costs` summed up per machine and device: how many steps with sync points on were
+    slower than the sync-free one beyond their spread, faster, or within it, and the three slowest
+    (relative to the sync-free step). Then each ``VecSnake`` step of ``records`` beside the same
+    step in ``scaling`` (section 2's ``VecSnake features`` records at the same device and N): two
+    measurements of the same thing, whose difference shows how busy the machine was."""
+    costs = [c for c in sync_costs(records, audits) if c.extra_us is not None]
+    lines = []
+    for machine, device in sorted({(c.machine, c.device) for c in costs}):
+        mine = [c for c in costs if (c.machine, c.device) == (machine, device)]
+        slower = [c for c in mine if c.beyond_noise and c.extra_us > 0]
+        faster = [c for c in mine if c.beyond_noise and c.extra_us < 0]
+        lines.append(f"{machine} on {device}: of {len(mine)} steps with sync points on (configuration x N), "
+                     f"{len(slower)} were slower than the sync-free step beyond their spread, {len(faster)} faster, "
+                     f"{len(mine) - len(slower) - len(faster)} within it")
+        for c in sorted(slower, key=lambda c: -c.extra_us / (c.time_us - c.extra_us))[:3]:
+            per_sync = f", {c.per_sync_us:,.1f} µs per synchronization" if c.per_sync_us else ""
+            lines.append(f"    {c.config} at N = {c.num_envs:,}: +{c.extra_us:,.1f} µs per step "
+                         f"({c.extra_us / (c.time_us - c.extra_us):.0%} of the sync-free step){per_sync}")
+        if not slower:
+            lines.append("    no step with sync points on was slower than the sync-free step beyond the spread")
+    scaled = {(r.machine, r.params.get("device"), r.params.get("num_envs")): r.value
+              for r in env_step_records(scaling, "scaling") if r.variant == "VecSnake features"}
+    for r in records:
+        key = (r.machine, r.params.get("device"), r.params.get("num_envs"))
+        if r.name == SYNC_NAME and r.variant == "VecSnake" and key in scaled:
+            lines.append(f"The same VecSnake step on {key[1]} at N = {key[2]:,}, measured twice: "
+                         f"{scaled[key]:,.0f} steps/s in section 2, {r.value:,.0f} here "
+                         f"({format_number(r.value / scaled[key])}x)")
+    return lines
+
+
+READ_NAME = "env_step_reads"
+
+
+READS = (0, 1, 2, 4, 8)
+"""How many values :func:`read_cost_throughput` reads on the host after each step."""
+
+
+def default_read_num_envs() -> tuple[int, ...]:
+    """N for :func:`read_cost_throughput`: 16 and 65,536 games (16 in quick mode)."""
+    return pick(full=(16, 65_536), quick=(16,))
+
+
+def _read_job(reads: int, num_envs: int, device: torch.device):
+    env, actions = _sync_env("VecSnake", num_envs, "features", device)
+    state = {"i": 0}
+
+    def step():
+        _, reward, *_ = env.step(actions[state["i"] % ACTION_SETS])
+        state["i"] += 1
+        for _ in range(reads):
+            reward.sum().item()  # a synchronization on a GPU: wait for the step, copy one number back
+
+    return step, num_envs, env.close
+
+
+def read_cost_throughput(device: str | torch.device | None = None, *, reads=READS, num_envs=None,
+                         progress: bool = True, machine: str | None = None) -> list[Record]:
+    """Steps/s of the sync-free ``VecSnake`` step followed by k host reads (``reward.sum().item()``).
+
+    The cost of k synchronizations per step against none, on ``device``: the first read waits for
+    the step's queued kernels, each further one for one small reduction and its copy to the host.
+    Records are named ``"env_step_reads"``, variant ``"VecSnake + k reads"``, params
+    ``{"num_envs", "reads", "device"}``; ``num_envs`` defaults to :func:`default_read_num_envs`.
+    """
+    device = get_device(device)
+    num_envs = check_ints("num_envs", default_read_num_envs() if num_envs is None else num_envs)
+    reads = check_ints("reads", reads, minimum=0)
+    label = check_machine(machine) if machine is not None else machine_of(device)
+    jobs = [(f"VecSnake + {k} reads", {"num_envs": n, "reads": k, "device": device.type},
+             lambda k=k, n=n: _read_job(k, n, device), device) for n in num_envs for k in reads]
+    return run_jobs(jobs, READ_NAME, label, progress, "host reads")
+
+
+def read_cost_table(records: Sequence[Record]) -> Table:
+    """:func:`read_cost_throughput` records as a table: per machine, device and N, the time of a
+    step with k reads, its change against the same step with none (spreads added in quadrature),
+    and that change per read."""
+    records = [r for r in check_records(records) if r.name == READ_NAME]
+    base = {(r.machine, r.params["device"], r.params["num_envs"]): r for r in records if r.params["reads"] == 0}
+    rows = []
+    for r in sorted(records, key=lambda r: (r.machine, r.params["device"], r.params["num_envs"], r.params["reads"])):
+        n, k = r.params["num_envs"], r.params["reads"]
+        time_us = n / r.value * 1e6
+        zero = base.get((r.machine, r.params["device"], n))
+        change = per_read = ""
+        if zero is None:
+            change = "no step without reads measured"
+        elif k == 0:
+            change = "(reference)"
+        else:
+            zero_us = n / zero.value * 1e6
+            spread = math.hypot(time_us * spread_or_zero(r) / r.value, zero_us * spread_or_zero(zero) / zero.value)
+            change = f"{time_us / zero_us:.2f}x ({time_us - zero_us:+,.1f} ± {format_number(spread)} µs)"
+            per_read = f"{(time_us - zero_us) / k:+,.2f}" if abs(time_us - zero_us) > spread else ""
+        rows.append([r.machine, r.params["device"], f"{n:,}", str(k), format_number(time_us), change, per_read])
+    columns = ["machine", "device", "games (N)", "reads per step", "time per step (µs)", "vs no reads",
+               "per read (µs)"]
+    return Table(columns, rows, [False, False, True, True, True, True, True])
+
+
 def measure_sync_costs(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
     """Notebook 04's sync costs on ``device``, for the GPU sweep: :func:`sync_cost_throughput` at
-    :func:`default_sync_num_envs`, and the audit's count of synchronizations per step of each
-    configuration at each of those N (records ``"env_step_sync_count"``, unit "syncs/step")."""
+    :func:`default_sync_num_envs`, :func:`read_cost_throughput` (k host reads per step), and the
+    audit's count of synchronizations per step of each configuration at each of the first's N
+    (records ``"env_step_sync_count"``, unit "syncs/step")."""
     device = get_device(device)
     records = sync_cost_throughput(device, progress=progress)
+    reads = read_cost_throughput(device, progress=progress)
     label = machine_of(device)
     measured = sorted({r.params["num_envs"] for r in records})
     for audit in audit_sync_points(measured, device=device, steps=pick(full=20, quick=3)):
         records.append(Record(SYNC_COUNT_NAME, sync_variant(audit.config), "syncs per step", audit.per_step,
                               "syncs/step", {"num_envs": audit.num_envs, "obs_type": "features",
                                              "device": device.type, "method": audit.method}, None, label))
-    return records
+    return records + reads

@@ -18,9 +18,10 @@ operator, count and where in the source:
   (``item``, ``bool()``, ``int()``, ``float()``, using a tensor as a Python index, printing it),
   copies to the host (``.cpu()``, ``.to("cpu")``, ``.numpy()``, ``.tolist()``), and operators whose output size
   depends on the data or that return a Python value (``nonzero``, boolean-mask indexing and
-  assignment, ``masked_select``, ``unique``, ``multinomial``, ``torch.equal``, ``bincount``,
-  ``repeat_interleave`` without ``output_size``). So a test on a laptop proves a hot loop
-  sync-free before it ever meets a GPU.
+  assignment, ``masked_select``, ``unique``, ``torch.equal``, ``bincount``, ``repeat_interleave``
+  without ``output_size``; ``multinomial`` where this torch's needs it, see
+  :func:`multinomial_synchronizes`). So a test on a laptop proves a hot loop sync-free before it
+  ever meets a GPU.
 
 The CPU rules know what a tensor *would* be on a GPU only from how it is used, so they differ
 from a GPU in three ways: ``torch.optim`` reading its step counters (kept on the host on every
@@ -40,8 +41,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import sys
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +57,7 @@ from ..core import compat
 from ..core.checks import check_choice, check_int
 from ..core.device import get_device
 from ..measure.table import Table
+from .launches import quiet_profiler
 
 METHODS = ("cuda", "rules")
 _SYNC_WARNING = "called a synchronizing CUDA operation"
@@ -84,12 +88,37 @@ _SYNCING_OPS = {
     "aten::_unique2": "unique (its output size depends on the data)",
     "aten::unique_dim": "unique (its output size depends on the data)",
     "aten::unique_consecutive": "unique_consecutive (its output size depends on the data)",
-    "aten::multinomial": "multinomial (synchronizes on torch 2.4)",
     "aten::equal": "torch.equal (returns a Python bool)",
     "aten::bincount": "bincount (its output size depends on the data)",
 }
 # Synchronizing CUDA runtime calls, as the profiler names them (the CUDA method).
 _RUNTIME_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+MULTINOMIAL = "multinomial (checks its input with .item() in this torch)"
+
+
+@functools.cache
+def multinomial_synchronizes() -> bool:
+    """Whether this torch's ``torch.multinomial(probs, 1)`` reads a value on the host, and so waits on a GPU.
+
+    Measured, not looked up by version: torch 2.4 checked the probabilities with ``.item()``
+    (a synchronization on CUDA); later versions check them with ``_assert_async``, which on a
+    GPU is a kernel that fails on the device and never waits (pytorch/pytorch#134818). Both
+    run the same code on a CPU, so the profiler's tree of a CPU call tells them apart: a
+    host read (``aten::_local_scalar_dense``) outside an ``_assert_async`` synchronizes on a GPU.
+    The answer decides whether the CPU rules count ``multinomial``.
+    """
+    probs = torch.ones(2, 3)
+    with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.multinomial(probs, 1)
+    for event in prof.events():
+        if event.name == "aten::_local_scalar_dense":
+            parents, parent = set(), event.cpu_parent
+            while parent is not None:
+                parents.add(parent.name)
+                parent = parent.cpu_parent
+            if "aten::multinomial" in parents and "aten::_assert_async" not in parents:
+                return True
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +186,9 @@ def audit_syncs(fn: Callable[[], object], device: str | torch.device | None = No
     if method == "cuda":
         return _audit_cuda(fn, device)
     found = collections.Counter()
-    state = {"host_read": 0, "scalars": set()}
+    # "scalars": the tensors PyTorch made of Python numbers, by id; weak, so that a freed one's
+    # id, reused by a later tensor, does not pass that tensor off as a number.
+    state = {"host_read": 0, "scalars": weakref.WeakValueDictionary(), "multinomial": multinomial_synchronizes()}
     with _DispatchRules(found, state), _FunctionRules(found, state):
         fn()
     return SyncReport("rules", _rows(found))
@@ -241,7 +272,7 @@ class _DispatchRules(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func._schema.name == "aten::lift_fresh":
-            self.state["scalars"].add(id(out))  # a Python number assigned into a tensor
+            self.state["scalars"][id(out)] = out  # a Python number assigned into a tensor
         elif self.state["host_read"] == 0:
             operator = self._syncing(func, args, kwargs)
             where = _where() if operator is not None else None
@@ -253,6 +284,8 @@ class _DispatchRules(TorchDispatchMode):
         name = func._schema.name
         if name in _SYNCING_OPS:
             return _SYNCING_OPS[name]
+        if name == "aten::multinomial":
+            return MULTINOMIAL if self.state["multinomial"] else None
         if name in ("aten::index", "aten::index_put_", "aten::index_put", "aten::_index_put_impl_"):
             masks = [i for i in args[1] if i is not None and i.dtype in (torch.bool, torch.uint8)]
             if not masks:
