@@ -11,10 +11,12 @@ from rlgpu_helpers.bench.ablation import (
     ablation_arms,
     ablation_records_table,
     ablation_table,
+    capstone_recap,
     capstone_verdicts,
     choice_records,
     measure_capstone,
     run_arms,
+    seed_spread,
 )
 from rlgpu_helpers.bench.time_to_score import CHOICE, Curve, chosen_on_file
 from rlgpu_helpers.core.device import device_report, machine_label
@@ -30,6 +32,7 @@ from rlgpu_helpers.learn.tune import (
     choose_precision,
     choose_settings,
 )
+from rlgpu_helpers.measure.claims import NOT_TESTED
 
 TINY = {"height": 6, "width": 6, "num_envs": 16, "num_steps": 8, "hidden": 16, "obs_type": "features_reach"}
 
@@ -140,6 +143,25 @@ def test_the_ablation_table_says_what_switching_each_lesson_off_did():
         ablation_table(arms, {"11 the observation": curves["11 the observation"]})
 
 
+def test_effects_within_the_seeds_spread_are_marked_as_such():
+    arms = ablation_arms(chosen(), "cpu")
+    base = curve([20.0, 30.0, 40.0])  # reaches 30 at 2 s, ends at 40
+    curves = {BASELINE: base, "03 many games at once": curve([10.0, 20.0, 29.0]),  # 30 never
+              "11 the observation": curve([10.0, 20.0, 30.0])}  # 30 at 3 s; -10 food
+    seeds = [curve([10.0, 30.0, 38.0]), curve([10.0, 20.0, 30.0, 41.0])]  # 30 at 2 s and 3 s; ends 38 and 41
+    table = ablation_table(arms, curves, seeds=seeds)
+    rows = {row[0]: row[-1] for row in table.rows}
+    assert rows[BASELINE] == "— (over 3 seeds: final score 38.0-41.0, time to 20 1.00-2.00 s, time to 30 2.00-3.00 s)"
+    # a second later to 30 is what two seeds differ by; 10 food lost is not
+    assert rows["11 the observation"] == "1.50x the time to 30 (final score -10.0): beyond the seeds' spread"
+    assert rows["03 many games at once"] == "never reached 30 (final score -11.0): beyond the seeds' spread"
+    close = {**curves, "11 the observation": curve([10.0, 20.0, 30.0, 39.0])}  # 30 at 3 s, ends at 39: -1
+    assert ablation_table(arms, close, seeds=seeds).rows[-1][-1] == (
+        "1.50x the time to 30 (final score -1.00): within the seeds' spread")
+    with pytest.raises(ValueError, match="at least 2 Curves"):
+        seed_spread([base])
+
+
 def test_run_arms_trains_each_arm_once_and_labels_it():
     arms = [ablation.Arm(BASELINE, "the chosen settings", dict(TINY)),
             ablation.Arm("11 the observation", "the 11 'features'", {**TINY, "obs_type": "features"}),
@@ -192,8 +214,38 @@ def test_the_ablation_part_uses_the_choice_on_file(monkeypatch):
 def test_the_guides_training_figures_are_judged_against_the_run():
     ours = curve([20.0, 30.0], seconds=10.0, rate=125_000.0)  # 1M env steps in 8 s
     naive = curve([1.0, 2.0], seconds=10.0, rate=1_000.0)
-    million, speedup = capstone_verdicts(ours, naive)
+    million, speedup = capstone_verdicts(ours, naive, "cuda:0")
     assert million.measured == pytest.approx(8.0) and million.outcome == "held"
     assert speedup.measured == pytest.approx(125.0) and speedup.outcome == "partly"  # faster, but not 240x
     with pytest.raises(ValueError, match="naive="):
-        capstone_verdicts(ours, curve([], seconds=1.0, rate=0.0))
+        capstone_verdicts(ours, curve([], seconds=1.0, rate=0.0), "cuda")
+
+
+def test_a_cpu_run_gives_no_verdict_on_the_guides_gpu_figures():
+    ours = curve([20.0, 30.0], seconds=10.0, rate=125_000.0)
+    naive = curve([1.0, 2.0], seconds=10.0, rate=1_000.0)
+    on_cpu = capstone_verdicts(ours, naive, torch.device("cpu"))
+    assert [v.outcome for v in on_cpu] == [NOT_TESTED, NOT_TESTED]
+    assert [v.measured for v in on_cpu] == pytest.approx([8.0, 125.0])  # still shown beside the claims
+
+
+def test_the_recap_says_only_what_the_runs_measured():
+    ours = Curve("ours", 10.0, 1_250_000, curve([20.0, 30.0, 40.0]).points, {"obs_type": "features_reach"})
+    naive = Curve("naive", 10.0, 10_000, curve([1.0, 2.0]).points, {"obs_type": "features_reach"})
+    verdicts = capstone_verdicts(ours, naive, "cpu")
+    ablation = {BASELINE: curve([20.0, 30.0, 40.0]), "03 many games at once": curve([5.0, 10.0, 12.0]),
+                "08 precision": curve([20.0, 30.0, 39.5])}
+    seeds = [curve([20.0, 30.0, 38.0]), curve([10.0, 30.0, 41.0])]
+    text = capstone_recap("cpu-x-2c", [ours, naive], verdicts, ablation, seeds)
+    lines = text.splitlines()
+    assert lines[0] == "On cpu-x-2c, each setup given the same budget:"
+    assert lines[1] == ("- PPO on VecSnake (this course), 'features_reach' observation: reached a mean score of 30.0 "
+                        "after 2.00 s and 2,000 env steps (final mean score 40.0, 125,000 env steps/s).")
+    assert lines[2].startswith("- naive single-env DQN (notebook 01), 'features_reach' observation: did not reach")
+    assert lines[3] == "- Every setup saw the same observation, 'features_reach'."
+    assert lines[4] == ("- Switching a lesson off changed the run by more than 3 seeds of the chosen settings differ: "
+                        "03 many games at once; within that spread (no effect shown): 08 precision.")
+    assert all(line.endswith(("not tested here (no GPU), measured 8.00 s.", "not tested here (no GPU), measured 125 x."))
+               for line in lines[5:]) and len(lines) == 7
+    naive.details["obs_type"] = "features"
+    assert "different observations" in capstone_recap("m", [ours, naive], [], {}, [])

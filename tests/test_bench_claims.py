@@ -10,6 +10,7 @@ from rlgpu_helpers.measure.claims import (
     CLAIMS,
     HELD,
     NOT_HELD,
+    NOT_TESTED,
     OUTCOMES,
     PARTLY,
     WITHIN_NOISE,
@@ -91,6 +92,31 @@ def test_a_measurement_inside_the_claimed_range_holds(measured, low, width):
     assert (judge(claim, measured).outcome == HELD) == inside
 
 
+def test_a_gpu_claim_measured_off_a_gpu_gets_no_verdict():
+    """A CPU's figure neither holds nor refutes a claim about a GPU: it stands beside it, untested."""
+    claim = CLAIMS["gpu-256-envs-million-steps"]  # "~8 sec" for a million steps on a GPU
+    assert claim.gpu
+    on_cpu = judge(claim, 8.0, 0.5, device="cpu")
+    assert on_cpu.outcome == NOT_TESTED and (on_cpu.measured, on_cpu.spread) == (8.0, 0.5)
+    assert judge(claim, 30.0, device="mps").outcome == NOT_TESTED
+    assert judge(claim, 8.0, 0.5, device="cuda:1").outcome == HELD
+    assert judge(claim, 30.0, device="cuda").outcome == NOT_HELD
+    assert judge(claim, 8.0).outcome == HELD  # the device left unsaid: judged as given
+    cpu_claim = CLAIMS["single-env-fps"]
+    assert not cpu_claim.gpu and judge(cpu_claim, 500, device="cpu").outcome == HELD
+    assert judge(cpu_claim, 500, device="cuda").outcome == HELD  # a CPU claim is judged anywhere it is measured
+    assert NOT_TESTED in str(verdicts_table([on_cpu]))
+
+
+def test_every_claim_that_names_a_gpu_is_marked_as_one():
+    for claim in CLAIMS.values():
+        if "GPU" in claim.about or "GPU" in claim.quote.replace("CPU-GPU", ""):
+            assert claim.gpu, claim.key
+    assert {key for key, claim in CLAIMS.items() if not claim.gpu} == {
+        "single-env-fps", "cpu-16-envs-fps", "single-env-million-steps", "loop-tunings", "loop-baseline-fps",
+        "loop-optimized-fps", "inference-mode", "set-to-none", "array-batches", "learn-every-4", "all-cores"}
+
+
 def test_tables_show_the_claims_and_the_verdicts():
     verdict = judge(CLAIMS["single-env-fps"], 155_000, 3_000)
     table = verdicts_table([verdict], machine="cpu-x-2c")
@@ -113,6 +139,9 @@ def test_noise_helpers():
     (lambda: judge(ABOUT_500, 10, -1), ValueError, "spread=-1 must be a finite number >= 0"),
     (lambda: judge(ABOUT_500, math.nan), ValueError, "measured=nan"),
     (lambda: judge("single-env-fps", 10), TypeError, "must be a Claim"),
+    (lambda: judge(ABOUT_500, 10, device="my gpu"), ValueError, "device='my gpu' must name a device"),
+    (lambda: judge(ABOUT_500, 10, device=""), ValueError, "device='' must name a device"),
+    (lambda: Claim("k", "s", "q", 1, 2, "x", "speedup", "a", "00", gpu="yes"), TypeError, "gpu='yes' must be True"),
     (lambda: Claim("k", "s", "q", 3, 2, "x", "speedup", "a", "00"), ValueError, "high=2 must be a finite number >= 3"),
     (lambda: Claim("k", "s", "q", 1, 2, "x", "ratio", "a", "00"), ValueError, "kind='ratio' must be one of"),
     (lambda: verdicts_table(["held"]), TypeError, "only Verdict objects"),

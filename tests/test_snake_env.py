@@ -400,3 +400,37 @@ def test_render_without_render_mode_raises():
     env.reset(seed=0)
     with pytest.raises(RuntimeError, match="render_mode='rgb_array'.*None"):
         env.render()
+
+
+def random_long_states(count, height, width, seed=0):
+    """Valid states with long, winding bodies (random self-avoiding walks): pockets and corridors."""
+    rng = np.random.default_rng(seed)
+    states = []
+    while len(states) < count:
+        body = [(int(rng.integers(height)), int(rng.integers(width)))]
+        for _ in range(int(rng.integers(3, height * width // 2))):
+            row, col = body[-1]
+            steps = [(row + r, col + c) for r, c in rules.DIRECTION_DELTAS
+                     if 0 <= row + r < height and 0 <= col + c < width and (row + r, col + c) not in body]
+            if not steps:
+                break
+            body.append(steps[int(rng.integers(len(steps)))])
+        if len(body) < 3:
+            continue
+        (head_row, head_col), (neck_row, neck_col) = body[:2]
+        direction = rules.DIRECTION_DELTAS.index((head_row - neck_row, head_col - neck_col))
+        empty = [(r, c) for r in range(height) for c in range(width) if (r, c) not in body]
+        states.append(SnakeState(tuple(body), direction, empty[int(rng.integers(len(empty)))]))
+    return states
+
+
+@pytest.mark.parametrize("height, width", [(6, 6), (7, 9), (10, 10)])
+def test_the_reach_observation_is_the_rules_flood_fill_on_long_winding_bodies(height, width):
+    """The bitboard flood fill of "features_reach" against ``rules.space_shares``, where it matters:
+    long bodies that cut the board into pockets, the move's cell being the tail, grids not square."""
+    for state in random_long_states(150, height, width):
+        env = snake_env(height, width, state=state, obs_type="features_reach")
+        for action in range(rules.NUM_ACTIONS):
+            env.set_state(state)
+            obs, *_ = env.step(action)
+            np.testing.assert_array_equal(obs, rules.observe(env.get_state(), height, width, "features_reach"))

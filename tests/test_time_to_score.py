@@ -2,10 +2,11 @@
 
 import pytest
 
-from rlgpu_helpers.measure.records import Record
+from rlgpu_helpers.bench import time_to_score
 from rlgpu_helpers.bench.time_to_score import (
     Curve,
     compare_to_score,
+    comparison_sentences,
     curve_records,
     plot_curves,
     run_naive,
@@ -16,6 +17,8 @@ from rlgpu_helpers.bench.time_to_score import (
     seed_summary,
     time_to_score_table,
 )
+from rlgpu_helpers.learn.tune import CAPSTONE_OBS
+from rlgpu_helpers.measure.records import Record
 
 
 def curve(setup="ours", scores=(None, 2.0, 12.0, 25.0), seconds=4.0, steps=4000):
@@ -67,6 +70,18 @@ def test_compare_to_score_says_how_much_sooner_and_with_how_many_env_steps():
         "naive single-env DQN (notebook 01) did not reach it in 60.0 s (60,000 env steps, final mean score 10.5).")
 
 
+def test_comparison_sentences_say_each_score_and_the_steps_per_second_for_every_other_run():
+    fast = Curve("ours", 10.0, 10**6, [{"seconds": 2.0, "env_steps": 400_000, "mean_score": 12.0, "episodes": 9}])
+    slow = Curve("naive", 60.0, 60_000, [{"seconds": 40.0, "env_steps": 40_000, "mean_score": 10.5, "episodes": 9}])
+    text = comparison_sentences(fast, [slow, slow], scores=(10, 11))
+    first, second = text.split("\n\n")
+    assert first == second and first.splitlines() == [
+        compare_to_score(fast, slow, 10), compare_to_score(fast, slow, 11),
+        ("(End to end, PPO on VecSnake (this course) made 100x as many env steps per second as naive single-env "
+         "DQN (notebook 01).)")]
+    assert comparison_sentences(fast, []) == ""
+
+
 def test_seed_summary_gives_mean_and_spread_and_says_when_some_runs_missed():
     records = [Record("training", "PPO", "final mean score", v, "food", {"seed": s}, None, "m")
                for s, v in enumerate([20.0, 22.0, 24.0])]
@@ -106,12 +121,34 @@ def test_plot_curves_tells_two_runs_of_one_setup_apart_by_their_details():
 
 
 def test_the_runners_produce_curves_for_a_short_budget():
-    ours = run_ours(2.0, height=6, width=6, num_envs=32, num_steps=16, hidden=16)
+    ours = run_ours(2.0, height=6, width=6, num_envs=32, num_steps=16, hidden=16, obs_type=CAPSTONE_OBS)
     naive = run_naive(1.0, segment_s=0.25)
     for c in (ours, naive):
         assert c.seconds >= 1.0 and c.env_steps > 0 and c.points
         assert c.points[-1]["env_steps"] == c.env_steps
-    assert len(naive.points) >= 4  # a point per segment, as finely as the others' curves
+    assert len(naive.points) >= 3  # a point per segment (of 0.25 s, longer on a loaded machine)
+    # the naive DQN sees the capstone's observation by default, and every curve says which it saw
+    assert ours.details["obs_type"] == naive.details["obs_type"] == CAPSTONE_OBS
+    assert naive.label == f"naive single-env DQN (notebook 01), {CAPSTONE_OBS!r} observation"
+    assert run_naive(0.3, segment_s=0.3, obs_type="features").details == {"obs_type": "features"}
+
+
+def test_the_training_suite_gives_every_setup_the_observation_ours_trains_with(monkeypatch):
+    seen = {}
+
+    def fake(setup):
+        def run(seconds, seed=0, device=None, obs_type=None, **settings):
+            seen[setup] = settings.get("obs_type", obs_type)
+            return Curve(setup, 1.0, 10, curve().points, {"obs_type": seen[setup]})
+        return run
+
+    for setup in ("ours", "sb3", "naive"):
+        monkeypatch.setattr(time_to_score, f"run_{setup}", fake(setup))
+    monkeypatch.setattr(time_to_score, "sb3_available", lambda: True)
+    monkeypatch.setattr(time_to_score, "chosen_on_file", lambda device: {"obs_type": "grid", "num_envs": 8})
+    records = time_to_score.measure_training("cpu", progress=False, budget_s=1.0, seeds=(0,))
+    assert seen == {"ours": "grid", "sb3": "grid", "naive": "grid"}
+    assert {r.params["obs_type"] for r in records} == {"grid"}
 
 
 @pytest.mark.skipif(not sb3_available(), reason="stable-baselines3 is an optional extra (compare)")
@@ -122,5 +159,6 @@ def test_stable_baselines3_runner_picks_the_faster_vector_env():
     assert c.setup == "sb3" and c.env_steps > 0 and c.seconds >= 3.0
     assert c.details["num_envs"] == 2 and c.details["vec_env"] in rates
     assert c.label.startswith("stable-baselines3 PPO (default settings), 2 envs in ")
+    assert c.details["obs_type"] == CAPSTONE_OBS and c.label.endswith(f"{CAPSTONE_OBS!r} observation")
     with pytest.raises(ValueError, match="vec_env='ThreadVecEnv' must be one of"):
         run_sb3(1.0, num_envs=2, vec_env="ThreadVecEnv")

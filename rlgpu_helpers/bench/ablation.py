@@ -17,7 +17,10 @@ nothing to choose.
 :func:`ablation_arms` lists the runs of the ablation: the chosen settings, and for each lesson
 the same settings with that lesson switched off, wherever that changes something on this device
 (a lesson with nothing to switch off here says why). :func:`run_arms` trains each for the same
-budget and seed; :func:`ablation_table` sets them side by side.
+budget and seed; :func:`ablation_table` sets them side by side and, given runs of the chosen
+settings with other seeds, marks each effect within or beyond the seeds' spread (:func:`seed_spread`).
+:func:`capstone_recap` puts what the notebook measured into sentences, and
+:func:`capstone_verdicts` the guide's training figures beside the run (untested off a GPU).
 
 ``python -m rlgpu_helpers bench capstone`` runs both as a suite (:func:`measure_capstone`); the
 settings it chose go on file, where ``bench training`` and the GPU sweep find them
@@ -39,7 +42,14 @@ from ..learn.tune import CapstoneSettings, capstone_settings, ours_settings
 from ..measure.claims import CLAIMS, Verdict, judge
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
-from .time_to_score import CHOICE, CHOSEN_FIELDS, Curve, chosen_on_file, curve_records, run_ours
+from .time_to_score import (
+    CHOICE,
+    CHOSEN_FIELDS,
+    Curve,
+    chosen_on_file,
+    curve_records,
+    run_ours,
+)
 
 FEW_GAMES = 8
 """The games of the ablation's arm with notebook 03 switched off: a handful stepped together, as a
@@ -123,8 +133,43 @@ def run_arms(arms: list[Arm], budget_s: float, *, device: str | torch.device | N
     return {lesson: dataclasses.replace(curve, name=names.get(lesson, curve.name)) for lesson, curve in curves.items()}
 
 
-def _effect(curve: Curve, base: Curve, thresholds) -> str:
-    """What switching a lesson off did, in measured words, at the highest score the base run reached."""
+@dataclasses.dataclass(frozen=True)
+class SeedSpread:
+    """How far runs of the same settings with different seeds land apart: the range of each measure.
+
+    ``final``: the lowest and highest final mean score; ``seconds``: per score, the lowest and
+    highest time to it, or None where some run never reached it.
+    """
+
+    runs: int
+    final: tuple[float, float]
+    seconds: dict
+
+    def __str__(self) -> str:
+        times = ", ".join(f"time to {score} {format_number(low)}-{format_number(high)} s"
+                          for score, (low, high) in self.seconds.items() if (low, high) != (None, None))
+        low, high = self.final
+        return f"over {self.runs} seeds: final score {format_number(low)}-{format_number(high)}" + (
+            f", {times}" if times else "")
+
+
+def seed_spread(curves: list[Curve], thresholds=(20, 30)) -> SeedSpread:
+    """The :class:`SeedSpread` of ``curves``: runs of one setting with different seeds (at least 2)."""
+    curves = list(curves)
+    if len(curves) < 2 or not all(isinstance(c, Curve) and c.final_mean_score is not None for c in curves):
+        raise ValueError(f"curves must be at least 2 Curves with a final mean score, got {len(curves)}: "
+                         f"{[getattr(c, 'label', c) for c in curves]}")
+    finals = [c.final_mean_score for c in curves]
+    seconds = {}
+    for score in thresholds:
+        times = [c.seconds_to_score(score) for c in curves]
+        seconds[score] = (None, None) if None in times else (min(times), max(times))
+    return SeedSpread(len(curves), (min(finals), max(finals)), seconds)
+
+
+def _effect(curve: Curve, base: Curve, thresholds, spread: SeedSpread | None) -> str:
+    """What switching a lesson off did, in measured words, at the highest score the base run reached,
+    and whether that is more than two seeds of the same settings differ by (``spread``)."""
     reached = [t for t in thresholds if base.seconds_to_score(t) is not None]
     if not reached:
         return "the chosen settings reached none of the scores"
@@ -132,20 +177,41 @@ def _effect(curve: Curve, base: Curve, thresholds) -> str:
     t_base, t_off = base.seconds_to_score(score), curve.seconds_to_score(score)
     gap = (curve.final_mean_score or 0.0) - base.final_mean_score
     final = f"final score {'+' if gap >= 0 else ''}{format_number(gap)}"
-    if t_off is None:
-        return f"never reached {score} ({final})"
-    return f"{format_number(t_off / t_base)}x the time to {score} ({final})"
+    said = (f"never reached {score} ({final})" if t_off is None
+            else f"{format_number(t_off / t_base)}x the time to {score} ({final})")
+    if spread is None:
+        return said
+    return f"{said}: {'within' if _within_spread(curve, base, score, spread) else 'beyond'} the seeds' spread"
 
 
-def ablation_table(arms: list[Arm], curves: dict[str, Curve], thresholds=(20, 30)) -> Table:
+def _within_spread(curve: Curve, base: Curve, score: float, spread: SeedSpread) -> bool:
+    """Whether ``curve`` lands no farther from ``base`` than two seeds of ``base``'s settings do: in its
+    final score, and (where every seed reached it) in its time to ``score``."""
+    low, high = spread.final
+    if abs((curve.final_mean_score or 0.0) - base.final_mean_score) > high - low:
+        return False
+    if spread.seconds.get(score, (None, None)) == (None, None):
+        return True
+    fastest, slowest = spread.seconds[score]
+    t_off = curve.seconds_to_score(score)
+    return t_off is not None and abs(t_off - base.seconds_to_score(score)) <= slowest - fastest
+
+
+def ablation_table(arms: list[Arm], curves: dict[str, Curve], thresholds=(20, 30),
+                   seeds: list[Curve] | None = None) -> Table:
     """Every lesson: what switching it off means here and, where it was run, what it did.
 
     The effect compares the arm with the chosen settings' run (:data:`BASELINE`) at the highest
     of ``thresholds`` that run reached: the ratio of the times to it, and the final scores' difference.
+    ``seeds``: runs of the chosen settings with other seeds. With them, each effect says whether it
+    is *within the seeds' spread* (no larger than the range of the final scores, and of the times to
+    that score, over the baseline and these runs: a difference two seeds can make, so not an effect)
+    or beyond it, and the baseline's row gives the spread.
     """
     if BASELINE not in curves:
         raise ValueError(f"curves has no {BASELINE!r} run to compare with: {sorted(curves)}")
     base = curves[BASELINE]
+    spread = None if not seeds else seed_spread([base, *seeds], thresholds)
     columns = ["lesson", "switched off", *[f"time to mean score {t} (s)" for t in thresholds],
                "final mean score (food)", "throughput (steps/s)", "effect of switching it off"]
     rows = []
@@ -156,7 +222,10 @@ def ablation_table(arms: list[Arm], curves: dict[str, Curve], thresholds=(20, 30
                          "not run" if arm.settings is not None else "nothing to switch off"])
             continue
         times = [curve.seconds_to_score(t) for t in thresholds]
-        effect = "—" if arm.lesson == BASELINE else _effect(curve, base, thresholds)
+        if arm.lesson == BASELINE:
+            effect = "—" if spread is None else f"— ({spread})"
+        else:
+            effect = _effect(curve, base, thresholds, spread)
         rows.append([arm.lesson, arm.change, *["not reached" if t is None else format_number(t) for t in times],
                      format_number(curve.final_mean_score) if curve.final_mean_score is not None else "—",
                      format_number(curve.steps_per_second), effect])
@@ -182,14 +251,46 @@ def ablation_records_table(records, thresholds=(20, 30)) -> Table:
     return Table(columns, rows, [False, False, True, True] + [True] * (len(thresholds) + 2))
 
 
-def capstone_verdicts(ours: Curve, naive: Curve) -> list[Verdict]:
-    """The guide's training figures beside the capstone's run: seconds per million env steps, and
-    env steps/s against the naive single-env loop of notebook 01 on the same machine (one run each)."""
+def capstone_verdicts(ours: Curve, naive: Curve, device: str | torch.device) -> list[Verdict]:
+    """The guide's training figures beside the capstone's run on ``device``: seconds per million env
+    steps, and env steps/s against the naive single-env loop of notebook 01 on the same machine (one
+    run each). The guide's figures are for a GPU: off a GPU they stand untested (``claims.judge``)."""
     for name, curve in (("ours", ours), ("naive", naive)):
         if not isinstance(curve, Curve) or not curve.steps_per_second > 0:
             raise ValueError(f"{name}={curve!r:.80} must be a Curve that made env steps")
-    return [judge(CLAIMS["gpu-256-envs-million-steps"], 1e6 / ours.steps_per_second),
-            judge(CLAIMS["gpu-256-envs-training-speedup"], ours.steps_per_second / naive.steps_per_second)]
+    return [judge(CLAIMS["gpu-256-envs-million-steps"], 1e6 / ours.steps_per_second, device=device),
+            judge(CLAIMS["gpu-256-envs-training-speedup"], ours.steps_per_second / naive.steps_per_second,
+                  device=device)]
+
+
+def capstone_recap(machine: str, curves: list[Curve], verdicts: list[Verdict], ablation: dict[str, Curve],
+                   seeds: list[Curve], score: float = 30) -> str:
+    """What notebook 11 found on ``machine``, in sentences computed from its runs: which setup reached
+    ``score`` first and what each saw, which lessons' effects exceeded the seeds' spread, and the
+    verdicts on the guide's figures. Nothing in it is typed: a run on another machine says other things."""
+    lines = [f"On {machine}, each setup given the same budget:"]
+    for curve in curves:
+        when = curve.seconds_to_score(score)
+        reached = (f"reached a mean score of {format_number(score)} after {format_number(when)} s and "
+                   f"{curve.steps_to_score(score):,} env steps" if when is not None
+                   else f"did not reach a mean score of {format_number(score)} in {format_number(curve.seconds)} s")
+        lines.append(f"- {curve.label}: {reached} (final mean score {format_number(curve.final_mean_score or 0.0)}, "
+                     f"{format_number(curve.steps_per_second)} env steps/s).")
+    seen = {curve.details.get("obs_type") for curve in curves}
+    lines.append(f"- Every setup saw the same observation, {seen.pop()!r}." if len(seen) == 1
+                 else "- The setups saw different observations (see each label): the comparison mixes two effects.")
+    if BASELINE in ablation:
+        base, spread = ablation[BASELINE], seed_spread([ablation[BASELINE], *seeds], (score,))
+        arms = {lesson: curve for lesson, curve in ablation.items() if lesson != BASELINE}
+        beyond = [lesson for lesson, curve in arms.items() if not _within_spread(curve, base, score, spread)]
+        within = [lesson for lesson in arms if lesson not in beyond]
+        lines.append(f"- Switching a lesson off changed the run by more than {spread.runs} seeds of the chosen settings "
+                     f"differ: {', '.join(beyond) or 'none'}; within that spread (no effect shown): "
+                     f"{', '.join(within) or 'none'}.")
+    for verdict in verdicts:
+        lines.append(f"- The guide's \"{verdict.claim.quote}\": {verdict.outcome}, measured "
+                     f"{format_number(verdict.measured)} {verdict.claim.unit}.")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------- the bench suite

@@ -7,10 +7,15 @@
   (``pip install -e ".[compare]"``);
 * ``naive``: the single-env DQN of notebook 01.
 
+Every setup is given the same observation (``obs_type``, default the capstone's,
+``learn.tune.CAPSTONE_OBS``), and its curve and label say which: a comparison of learners that see
+different things would measure the observation, not the learner.
+
 Each run returns a ``Curve``: points of (seconds, env steps, mean score of the last 100 finished
 games), at most one a second for every setup. What the student cares about is the time until the
-mean score reaches a threshold (:func:`time_to_score_table`, :func:`compare_to_score`), and the
-env steps that took; steps/s stands beside it. ``curve_records`` makes benchmark records of them.
+mean score reaches a threshold (:func:`time_to_score_table`, :func:`compare_to_score`,
+:func:`comparison_sentences`), and the env steps that took; steps/s stands beside it.
+``curve_records`` makes benchmark records of them.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from ..core.config import pick
 from ..core.device import get_device, logical_cores, machine_of
 from ..learn.naive_dqn import LoopSettings, NaiveDQN
 from ..learn.training import ScoreCurve
-from ..learn.tune import capstone_settings, ours_settings, trial_run
+from ..learn.tune import CAPSTONE_OBS, capstone_settings, ours_settings, trial_run
 from ..measure.records import Record, check_records, load_reference, select
 from ..measure.table import Table, format_number
 from ..snake.env import SnakeEnv
@@ -56,21 +61,23 @@ class Curve:
     env_steps: int
     points: list[dict]
     details: dict = dataclasses.field(default_factory=dict)
-    """How the setup ran, when it is not fixed (SB3: ``num_envs`` and ``vec_env``; ours: the settings
-    the capstone chooses, ``obs_type`` first)."""
+    """How the setup ran: ``obs_type`` (every setup), SB3's ``num_envs`` and ``vec_env``, ours' other
+    chosen settings."""
     name: str | None = None
     """A label of its own (an ablation's arm), instead of the setup's."""
 
     @property
     def label(self) -> str:
-        """The setup's name, with its details: "stable-baselines3 PPO (...), 2 envs in DummyVecEnv"."""
+        """The setup's name, with its details: "stable-baselines3 PPO (...), 2 envs in DummyVecEnv,
+        'features_reach' observation"."""
         if self.name is not None:
             return self.name
+        parts = [SETUPS[self.setup]]
         if "vec_env" in self.details:
-            return f"{SETUPS[self.setup]}, {self.details['num_envs']} envs in {self.details['vec_env']}"
+            parts.append(f"{self.details['num_envs']} envs in {self.details['vec_env']}")
         if "obs_type" in self.details:
-            return f"{SETUPS[self.setup]}, {self.details['obs_type']!r} observation"
-        return SETUPS[self.setup]
+            parts.append(f"{self.details['obs_type']!r} observation")
+        return ", ".join(parts)
 
     @property
     def steps_per_second(self) -> float:
@@ -119,7 +126,7 @@ SB3_VEC_ENVS = ("DummyVecEnv", "SubprocVecEnv")
 
 
 def sb3_vec_env_rates(num_envs: int, seconds: float = 1.0, height: int = 10, width: int = 10,
-                      obs_type: str = "features") -> dict[str, float]:
+                      obs_type: str = CAPSTONE_OBS) -> dict[str, float]:
     """Env steps/s of ``SnakeEnv`` with random actions in each of SB3's vector envs, here.
 
     ``DummyVecEnv`` steps the games one after another in this process; ``SubprocVecEnv`` steps
@@ -148,7 +155,7 @@ def sb3_vec_env_rates(num_envs: int, seconds: float = 1.0, height: int = 10, wid
 
 
 def run_sb3(seconds: float, seed: int = 0, num_envs: int | None = None, vec_env: str | None = None,
-            height: int = 10, width: int = 10, obs_type: str = "features") -> Curve:
+            height: int = 10, width: int = 10, obs_type: str = CAPSTONE_OBS) -> Curve:
     """stable-baselines3 PPO (default hyperparameters, MlpPolicy, CPU) as a user would set it up.
 
     ``num_envs`` defaults to one game per logical core; ``vec_env`` (``"DummyVecEnv"`` or
@@ -190,13 +197,14 @@ def run_sb3(seconds: float, seed: int = 0, num_envs: int | None = None, vec_env:
         curve.point(elapsed, model.num_timesteps, force=True)
     finally:
         envs.close()
-    return Curve("sb3", elapsed, model.num_timesteps, curve.points, {"num_envs": num_envs, "vec_env": vec_env})
+    return Curve("sb3", elapsed, model.num_timesteps, curve.points,
+                 {"obs_type": obs_type, "num_envs": num_envs, "vec_env": vec_env})
 
 
-def run_naive(seconds: float, seed: int = 0, segment_s: float = 1.0) -> Curve:
-    """The naive DQN of notebook 01, run in segments of ``segment_s`` so its learning curve has a
-    point every second, like the others' (a segment is timed by the loop itself)."""
-    agent = NaiveDQN(LoopSettings(seed=seed))
+def run_naive(seconds: float, seed: int = 0, segment_s: float = 1.0, obs_type: str = CAPSTONE_OBS) -> Curve:
+    """The naive DQN of notebook 01, seeing ``obs_type``, run in segments of ``segment_s`` so its
+    learning curve has a point every second, like the others' (a segment is timed by the loop itself)."""
+    agent = NaiveDQN(LoopSettings(seed=seed, obs_type=obs_type))
     curve, spent, steps = ScoreCurve(), 0.0, 0
     while spent < seconds:
         result = agent.run(seconds=min(segment_s, seconds - spent), progress=False)
@@ -204,7 +212,7 @@ def run_naive(seconds: float, seed: int = 0, segment_s: float = 1.0) -> Curve:
         steps += result.steps
         curve.add(result.episode_scores)
         curve.point(spent, steps, force=True)
-    return Curve("naive", spent, steps, curve.points)
+    return Curve("naive", spent, steps, curve.points, {"obs_type": obs_type})
 
 
 def curve_records(curve: Curve, machine: str, budget_s: float, seed: int,
@@ -276,6 +284,18 @@ def compare_to_score(ours: Curve, other: Curve, score: float) -> str:
             f"{steps}.")
 
 
+def comparison_sentences(ours: Curve, others: list[Curve], scores=(10, 20, 30)) -> str:
+    """:func:`compare_to_score` for every other run at every score, then the ratio of the end-to-end
+    env steps per second: one paragraph per other run, all in measured words."""
+    paragraphs = []
+    for other in others:
+        lines = [compare_to_score(ours, other, score) for score in scores]
+        lines.append(f"(End to end, {ours.label} made {format_number(ours.steps_per_second / other.steps_per_second)}x "
+                     f"as many env steps per second as {other.label}.)")
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
 def seed_summary(records: list[Record]) -> Table:
     """Per machine, setup and settings (every param but the seed), over the seeds on file: mean and
     standard deviation of each metric. Runs with other settings (budget, observation) are not mixed."""
@@ -335,7 +355,8 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
 
     Full size: ``budget_s`` 300 s per run, our PPO with ``seeds`` 0, 1, 2, the other ``setups``
     with seed 0 (25 minutes). Our PPO trains with the capstone's settings for this machine: the
-    ones on file (``bench capstone``), or else chosen now (``learn.tune.capstone_settings``).
+    ones on file (``bench capstone``), or else chosen now (``learn.tune.capstone_settings``); the
+    others see the observation those settings name.
     stable-baselines3 is skipped, with a printed note, where it is not installed.
     ``tools/gpu_sweep.py`` runs only ``setups=("ours",)`` on a GPU.
     """
@@ -350,14 +371,15 @@ def measure_training(device, progress: bool = True, *, budget_s: float | None = 
     settings = None
     if "ours" in setups:
         settings = chosen_on_file(device) or capstone_settings(device, budget_s=budget, verbose=progress).settings
+    obs_type = CAPSTONE_OBS if settings is None else settings["obs_type"]  # the one every setup sees
     records = []
     for setup, seed in tqdm(runs, desc="training runs", disable=not progress):
         if setup == "ours":
             curve = run_ours(budget, seed=seed, device=device, **settings)
         elif setup == "sb3":
-            curve = run_sb3(budget, seed=seed)
+            curve = run_sb3(budget, seed=seed, obs_type=obs_type)
         else:
-            curve = run_naive(budget, seed=seed)
+            curve = run_naive(budget, seed=seed, obs_type=obs_type)
         records += curve_records(curve, machine, budget, seed)
     return records
 

@@ -18,7 +18,10 @@ running the same thing twice):
 * **held** when the two ranges overlap;
 * **partly** when they do not, but the measurement points the claimed way: a speedup beyond
   noise in the claimed direction, or a figure within a factor of 2 of the claimed range;
-* **did not hold** otherwise.
+* **did not hold** otherwise;
+* **not tested here (no GPU)**, before any of these, when the claim is about a GPU
+  (``Claim.gpu``) and the measurement was made on another device: a CPU's figure says nothing
+  for or against it, so it stands beside the claim with no verdict.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from ..core.checks import check_choice, check_number
+from ..core.checks import check_bool, check_choice, check_number
 from .records import Record
 from .table import Table, format_number
 
@@ -35,7 +38,8 @@ APPROX = 0.25
 """How far "about X" reaches on either side of X, as a fraction of X."""
 KINDS = ("figure", "speedup")
 HELD, PARTLY, NOT_HELD, WITHIN_NOISE = "held", "partly", "did not hold", "within noise: can't tell"
-OUTCOMES = (HELD, PARTLY, NOT_HELD, WITHIN_NOISE)
+NOT_TESTED = "not tested here (no GPU)"
+OUTCOMES = (HELD, PARTLY, NOT_HELD, WITHIN_NOISE, NOT_TESTED)
 
 GUIDE_GPU_RL = "GPU Utilization for Reinforcement Learning (guide)"
 GUIDE_SNAKE_OPT = "Performance Optimizations for Snake RL Training (guide)"
@@ -50,7 +54,8 @@ class Claim:
 
     ``kind`` is ``"speedup"`` for a ratio against a baseline (1 means no change) or
     ``"figure"`` for an absolute quantity (a rate, a time, a ratio of two costs). A speedup the
-    guide gives no figure for ("faster") is ``low=1, high=math.inf``.
+    guide gives no figure for ("faster") is ``low=1, high=math.inf``. ``gpu``: the claim is
+    about a GPU, so only a measurement on a GPU can hold or refute it (:func:`judge`).
     """
 
     key: str
@@ -62,6 +67,7 @@ class Claim:
     kind: str
     about: str
     lesson: str
+    gpu: bool = False
 
     def __post_init__(self):
         check_choice("kind", self.kind, KINDS)
@@ -71,6 +77,7 @@ class Claim:
         for field in ("key", "source", "quote", "unit", "about", "lesson"):
             if not isinstance(getattr(self, field), str) or not getattr(self, field):
                 raise ValueError(f"{field}={getattr(self, field)!r} must be a non-empty str")
+        check_bool("gpu", self.gpu)
 
     @property
     def approximate(self) -> bool:
@@ -108,51 +115,51 @@ CLAIMS = _claims(
     Claim("cpu-16-envs-fps", GUIDE_GPU_RL, "16 CPU envs | ~6,000", 6_000, 6_000, "steps/s",
           "figure", "16 Snake envs on a CPU", "03"),
     Claim("gpu-64-envs-fps", GUIDE_GPU_RL, "64 GPU envs | ~35,000", 35_000, 35_000, "steps/s",
-          "figure", "64 Snake games vectorized on a GPU", "04"),
+          "figure", "64 Snake games vectorized on a GPU", "04", gpu=True),
     Claim("gpu-256-envs-fps", GUIDE_GPU_RL, "~120,000 FPS with N=256", 120_000, 120_000, "steps/s",
-          "figure", "256 Snake games vectorized on a GPU", "04"),
+          "figure", "256 Snake games vectorized on a GPU", "04", gpu=True),
     Claim("vectorized-speedup", GUIDE_GPU_RL, "100-300x speedup over single CPU environment", 100, 300, "x",
-          "speedup", "vectorized envs on a GPU against one CPU env", "04"),
+          "speedup", "vectorized envs on a GPU against one CPU env", "04", gpu=True),
     Claim("single-env-million-steps", GUIDE_GPU_RL, "Single CPU env | ~500 | ~33 min (training time, 1M steps)",
           33, 33, "min", "figure", "one million training steps with one Snake env on a CPU", "01"),
     Claim("same-cost-1-vs-256", GUIDE_GPU_RL, "Same computational cost for 1 or 256 environments (GPU "
           "parallelism)", 1.0, 1.0, "x", "figure",
-          "time of one VecSnake step of 256 games over one of 1 game, on a GPU", "04"),
+          "time of one VecSnake step of 256 games over one of 1 game, on a GPU", "04", gpu=True),
     # notebook 05: transfers and replay buffers
     Claim("pinned-transfer", GUIDE_GPU_RL, "Pinned (page-locked) memory enables faster CPU-GPU transfer ... "
           "2-3x faster transfer to GPU", 2.0, 3.0, "x", "speedup",
-          "host-to-device GB/s from pinned against pageable memory", "05"),
+          "host-to-device GB/s from pinned against pageable memory", "05", gpu=True),
     Claim("pinned-replay", GUIDE_GPU_RL, "Use Pinned Memory: For replay buffer storage ... 2-3x faster transfers",
           2.0, 3.0, "x", "speedup",
-          "sampling a batch to the GPU from a pinned, prefetching buffer against a pageable one", "05"),
+          "sampling a batch to the GPU from a pinned, prefetching buffer against a pageable one", "05", gpu=True),
     Claim("replay-on-gpu", GUIDE_GPU_RL, "Keep Data on GPU: ... Keep replay buffer samples on GPU, Avoid "
           "repeated CPU-GPU transfers", 1.0, math.inf, "x", "speedup",
-          "sampling from a buffer on the GPU against a buffer in pageable host memory", "05"),
+          "sampling from a buffer on the GPU against a buffer in pageable host memory", "05", gpu=True),
     # notebook 06: batch size and memory
     Claim("batch-rtx-3060-3070", GUIDE_GPU_RL, "Optimal Batch Sizes ... RTX 3060/3070: 64-128", 64, 128,
           "samples", "figure", "the batch from which the update's samples/s stops growing, on an RTX 3060 or 3070",
-          "06"),
+          "06", gpu=True),
     Claim("batch-rtx-3080-3090", GUIDE_GPU_RL, "Optimal Batch Sizes ... RTX 3080/3090: 256-512", 256, 512,
           "samples", "figure", "the batch from which the update's samples/s stops growing, on an RTX 3080 or 3090",
-          "06"),
+          "06", gpu=True),
     Claim("batch-rtx-4090", GUIDE_GPU_RL, "Optimal Batch Sizes ... RTX 4090: 512-1024", 512, 1024, "samples",
-          "figure", "the batch from which the update's samples/s stops growing, on an RTX 4090", "06"),
+          "figure", "the batch from which the update's samples/s stops growing, on an RTX 4090", "06", gpu=True),
     Claim("batch-a100", GUIDE_GPU_RL, "Optimal Batch Sizes ... A100: 1024-2048", 1024, 2048, "samples",
-          "figure", "the batch from which the update's samples/s stops growing, on an A100", "06"),
+          "figure", "the batch from which the update's samples/s stops growing, on an A100", "06", gpu=True),
     Claim("larger-batches-utilize", GUIDE_GPU_RL, "Larger batches better utilize GPU", 1.0, math.inf, "x",
-          "speedup", "samples/s of the update at the largest batch measured against batch 64, on a GPU", "06"),
+          "speedup", "samples/s of the update at the largest batch measured against batch 64, on a GPU", "06", gpu=True),
     Claim("utilization-70-90", GUIDE_UARA_DRL, "Better GPU utilization (70-90% vs 10-30% previously)", 70, 90,
-          "%", "figure", "NVML utilization averaged over a PPO training run on a GPU", "06"),
+          "%", "figure", "NVML utilization averaged over a PPO training run on a GPU", "06", gpu=True),
     # notebook 08: mixed precision
     Claim("amp-speedup", GUIDE_GPU_RL, "Mixed Precision Training ... 2-3x speedup on modern GPUs", 2.0, 3.0, "x",
-          "speedup", "a training step in 16-bit autocast against fp32, on a GPU, at the widest net measured", "08"),
+          "speedup", "a training step in 16-bit autocast against fp32, on a GPU, at the widest net measured", "08", gpu=True),
     Claim("amp-memory", GUIDE_GPU_RL, "Mixed Precision Training ... 2x memory reduction", 2.0, 2.0, "x", "speedup",
-          "the memory of a training step in fp32 over that in 16-bit autocast, at the widest net measured", "08"),
+          "the memory of a training step in fp32 over that in 16-bit autocast, at the widest net measured", "08", gpu=True),
     Claim("fp16-speedup", GUIDE_SNAKE_OPT, "Mixed precision training (FP16) can provide an additional 2-3x speedup",
           2.0, 3.0, "x", "speedup", "a training step in fp16 autocast against fp32, on a GPU, at the widest net "
-          "measured", "08"),
+          "measured", "08", gpu=True),
     Claim("amp-up-to-2x", GUIDE_TETRIS, "Uses Automatic Mixed Precision (AMP) for up to 2x speedup", 1.0, 2.0, "x",
-          "speedup", "a training step in 16-bit autocast against fp32, on a GPU, at the widest net measured", "08"),
+          "speedup", "a training step in 16-bit autocast against fp32, on a GPU, at the widest net measured", "08", gpu=True),
     # notebook 02: the cheap tunings of the naive loop (a 2-core CPU, per the guide)
     Claim("loop-tunings", GUIDE_SNAKE_OPT, "Baseline: ~435 steps/second; Optimized: ~2050 steps/second; "
           "Speedup: 4.7x faster", 2050 / 435, 2050 / 435, "x", "speedup",
@@ -177,26 +184,26 @@ CLAIMS = _claims(
     # notebook 09: LeanRL's published speed-up table (theirs: an H100, simulation on the CPU)
     Claim("leanrl-ppo-atari", LEANRL, "PPO (Atari): 1022 fps (CleanRL implementation) ... 6809 fps "
           "(compile+cudagraphs), overall speed-up 6.8x", 6809 / 1022, 6809 / 1022, "x", "speedup",
-          "a PPO iteration compiled and graph-captured against eager, on a GPU", "09"),
+          "a PPO iteration compiled and graph-captured against eager, on a GPU", "09", gpu=True),
     Claim("leanrl-ppo-continuous", LEANRL, "PPO (Continuous action): 652 fps (CleanRL implementation) ... 1774 "
           "fps (compile+cudagraphs), overall speed-up 2.7x", 1774 / 652, 1774 / 652, "x", "speedup",
-          "a PPO iteration compiled and graph-captured against eager, on a GPU", "09"),
+          "a PPO iteration compiled and graph-captured against eager, on a GPU", "09", gpu=True),
     Claim("leanrl-compile-alone", LEANRL, "the compile column against the LeanRL implementation column: 3841/3728 "
           "(PPO Atari), 908/683 (PPO continuous), 255/130 (SAC), 272/247 (TD3)", 3841 / 3728, 255 / 130, "x",
-          "speedup", "a PPO iteration compiled (no CUDA graphs) against eager, on a GPU", "09"),
+          "speedup", "a PPO iteration compiled (no CUDA graphs) against eager, on a GPU", "09", gpu=True),
     # notebook 11: the capstone's training against the guide's table (its GPU rows)
     Claim("gpu-256-envs-million-steps", GUIDE_GPU_RL, "256 GPU envs | ~120,000 | ~8 sec (training time, 1M steps)",
           8, 8, "s", "figure", "one million env steps of the capstone's PPO, acting and learning, with the chosen "
-          "settings", "11"),
+          "settings", "11", gpu=True),
     Claim("gpu-256-envs-training-speedup", GUIDE_GPU_RL, "256 GPU envs | ~120,000 | ~8 sec | 240x (against a "
           "single CPU env)", 240, 240, "x", "speedup", "the capstone's end-to-end env steps/s against the naive "
-          "single-env DQN of notebook 01, on the same machine", "11"),
+          "single-env DQN of notebook 01, on the same machine", "11", gpu=True),
     # notebook 10: several GPUs, data-parallel
     Claim("ddp-further-speedup", GUIDE_GPU_RL, "Multi-GPU Training ... Benefits: 2-4x further speedup", 2.0, 4.0, "x",
-          "speedup", "PPO's env steps/s with the most GPUs measured (one process each) against one GPU", "10"),
+          "speedup", "PPO's env steps/s with the most GPUs measured (one process each) against one GPU", "10", gpu=True),
     Claim("ddp-diminishing-beyond-4", GUIDE_GPU_RL, "Multi-GPU Training ... Challenges: Diminishing returns beyond "
           "4 GPUs", 1.0, 2.0, "x", "speedup", "PPO's env steps/s with 8 GPUs against 4: more, but less than twice "
-          "(twice would be no diminishing)", "10"),
+          "(twice would be no diminishing)", "10", gpu=True),
 )
 
 
@@ -214,12 +221,23 @@ class Verdict:
                 f"± {format_number(self.spread)} {self.claim.unit}: {self.outcome}")
 
 
-def judge(claim: Claim, measured: float, spread: float = 0.0) -> Verdict:
-    """The verdict on ``claim`` given a measurement and its spread (same unit as the claim)."""
+def judge(claim: Claim, measured: float, spread: float = 0.0, *, device: str | None = None) -> Verdict:
+    """The verdict on ``claim`` given a measurement and its spread (same unit as the claim).
+
+    ``device``: where the measurement was made (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a
+    ``torch.device``). A claim about a GPU measured on anything else gets :data:`NOT_TESTED`;
+    None leaves the device unsaid (the caller vouches that the measurement fits the claim).
+    """
     if not isinstance(claim, Claim):
         raise TypeError(f"claim={claim!r} must be a Claim (see CLAIMS)")
     measured = check_number("measured", measured, above=0)
     spread = check_number("spread", spread, at_least=0)
+    if device is not None:
+        device_type = str(device).split(":")[0]
+        if not device_type or not str(device).replace(":", "").isalnum():
+            raise ValueError(f"device={device!r} must name a device, like 'cpu' or 'cuda:0'")
+        if claim.gpu and device_type != "cuda":
+            return Verdict(claim, measured, spread, NOT_TESTED)
     low, high = claim.covers
     lowest, highest = measured - spread, measured + spread
     if claim.kind == "speedup" and lowest <= 1 <= highest:
