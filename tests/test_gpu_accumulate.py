@@ -1,6 +1,7 @@
 """Gradient accumulation (gpu.accumulate) and PPO's accumulation setting: the accumulated update
 equals the full-batch one, in float64 to rounding, for any split; bad input is refused by name."""
 
+import contextlib
 import copy
 
 import pytest
@@ -19,7 +20,9 @@ from rlgpu_helpers.gpu.accumulate import (
     micro_batches,
     parameter_change,
     relative_difference,
+    sync_last_micro_batch_only,
 )
+from rlgpu_helpers.gpu.graphs import graph_breaks
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.learn.nets import QNetwork
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
@@ -432,3 +435,46 @@ def test_the_accumulation_suite_on_cuda(monkeypatch):
               if r.name == NAME and r.metric == "peak memory"}
     assert {r.params["device"] for r in records} == {"cuda"}
     assert memory[("CNN", 16)] < memory[("CNN", 1)] / 2
+
+
+def test_reading_the_no_sync_setting_breaks_no_compiled_graph():
+    """``sync_last_micro_batch_only`` used to hand DDP's ``no_sync`` over in a ``ContextVar``, whose ``get``
+    dynamo cannot trace: a graph break in every compiled update. Now the only breaks are the backward passes."""
+    model, batch = torch.nn.Linear(3, 1), torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
+
+    def update(rows):
+        return accumulate_gradients(lambda part: model(part).pow(2).mean(), rows, accumulation_steps=4)
+
+    found = graph_breaks(update, batch)
+    assert found.breaks >= 1 and {where.rsplit(" in ", 1)[1] for _, where in found.reasons} == {"_micro_batch_backward"}
+    learner = PPO(PPOConfig(num_envs=8, num_steps=4, num_minibatches=1, hidden=8))
+    learner.collect()
+    update_breaks = graph_breaks(learner.minibatch_update, torch.randperm(32))
+    assert not any("accumulate_gradients" in where or "ContextVar" in reason
+                   for reason, where in update_breaks.reasons), update_breaks
+
+
+def test_a_compiled_update_enters_no_sync_as_the_eager_one_does_without_recompiling():
+    entered = []
+
+    class Quiet:
+        def __enter__(self):
+            entered.append(True)
+
+        def __exit__(self, *exc):
+            return False
+
+    model, batch = torch.nn.Linear(3, 1), torch.randn(10, 3, generator=torch.Generator().manual_seed(1))
+
+    def update(rows):
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(lambda part: model(part).pow(2).mean(), rows, accumulation_steps=4)
+        return model.weight.grad.clone()
+
+    eager = update(batch)
+    torch._dynamo.reset()
+    compiled = torch.compile(update)
+    for quiet in (False, True, False, True):
+        with sync_last_micro_batch_only(Quiet) if quiet else contextlib.nullcontext():
+            torch.testing.assert_close(compiled(batch), eager)
+    assert len(entered) == 2 * 3  # the first K - 1 micro-batches of each quiet call

@@ -11,6 +11,7 @@ from chatter import stderr_of_the_code
 
 from rlgpu_helpers.gpu.graphs import (
     CapturedStep,
+    check_break_free,
     compile_step,
     cuda_graph_skips,
     graph_breaks,
@@ -55,7 +56,7 @@ def test_the_compiled_env_step_equals_the_eager_one(obs_type):
 
 
 def test_the_compiled_training_step_equals_the_eager_one_to_float32_rounding():
-    config = dict(num_envs=32, num_steps=8, num_minibatches=2, hidden=16, seed=1)
+    config = {"num_envs": 32, "num_steps": 8, "num_minibatches": 2, "hidden": 16, "seed": 1}
     eager, compiled = PPO(PPOConfig(**config)), PPO(PPOConfig(**config, compile=True))
     for learner in (eager, compiled):
         torch.manual_seed(0)
@@ -121,6 +122,64 @@ def test_the_graph_breaks_of_the_checked_step_are_found_and_the_unchecked_step_h
     clean = graph_breaks(VecSnake(16, seed=0, check_action_values=False).step_tensors, actions(1, 16)[0])
     assert (clean.graphs, clean.breaks, clean.reasons) == (1, 0, ()) and clean.operators > 50
     assert "graph break(s)" in str(found)
+
+
+def _normalize(adv):
+    std = adv.std()
+    if std > 0:  # a Python `if` on a tensor: a graph break
+        adv = (adv - adv.mean()) / std
+    return adv
+
+
+def _normalize_on_device(adv):
+    std = adv.std()
+    return torch.where(std > 0, (adv - adv.mean()) / std, adv)
+
+
+def test_graph_breaks_counts_what_dynamo_explain_counts_by_hand_and_the_rewrite_compiles_equal():
+    """Notebook 09's by-hand section: the raw ``torch._dynamo.explain`` and ``torch.compile`` beside the helpers."""
+    adv = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    for fn, breaks in ((_normalize, 1), (_normalize_on_device, 0)):
+        torch._dynamo.reset()
+        raw = torch._dynamo.explain(fn)(adv)
+        found = graph_breaks(fn, adv)
+        assert (found.graphs, found.breaks) == (raw.graph_count, raw.graph_break_count) == (breaks + 1, breaks)
+    compiled = torch.compile(_normalize_on_device, fullgraph=True)
+    torch.testing.assert_close(compiled(adv), _normalize(adv))
+    flat = torch.full((1000,), 3.0)
+    assert torch.equal(compiled(flat), flat)
+    torch.testing.assert_close(compile_step(_normalize_on_device, adv).fn(adv), _normalize(adv))
+
+
+def _scale_with_if(rewards):
+    biggest = rewards.abs().max()
+    if biggest > 1:
+        rewards = rewards / biggest
+    return rewards
+
+
+def _scale_on_device(rewards):
+    biggest = rewards.abs().max()
+    return torch.where(biggest > 1, rewards / biggest, rewards)
+
+
+REWARDS = [torch.tensor([0.5, -1.0, 0.0]), torch.tensor([3.0, -6.0, 1.5])]
+SCALED = [torch.tensor([0.5, -1.0, 0.0]), torch.tensor([0.5, -1.0, 0.25])]
+
+
+def test_the_exercise_checker_names_each_break_and_passes_only_a_break_free_equal_rewrite():
+    naive = check_break_free(_scale_with_if, REWARDS, SCALED)
+    assert naive.splitlines()[:3] == ["_scale_with_if: 1 graph break(s)", "  at _scale_with_if: if biggest > 1:",
+                                      "eager results as expected: True"]
+    assert naive.endswith("(torch.where)")
+    done = check_break_free(_scale_on_device, REWARDS, SCALED)
+    assert "0 graph break(s)" in done and done.endswith("done: one graph, the same results")
+    wrong = check_break_free(lambda rewards: rewards.clamp(-1, 1), REWARDS, SCALED)
+    assert "eager results as expected: False" in wrong and wrong.endswith("results differ from the expected ones")
+    with pytest.raises(ValueError, match=r"^inputs \(2\) and expected \(1\) must be as many"):
+        check_break_free(_scale_on_device, REWARDS, SCALED[:1])
+    with pytest.raises(TypeError, match="^fn=3 is not callable"):
+        check_break_free(3, REWARDS, SCALED)
 
 
 def test_bad_settings_are_refused_by_name():
@@ -262,7 +321,7 @@ def test_replays_draw_fresh_random_numbers_and_make_no_sync():
 
 @CUDA_ONLY
 def test_ppo_with_cuda_graphs_trains_and_its_captured_update_equals_the_eager_one():
-    config = dict(num_envs=256, num_steps=16, hidden=32, seed=0, device="cuda")
+    config = {"num_envs": 256, "num_steps": 16, "hidden": 32, "seed": 0, "device": "cuda"}
     graphed = PPO(PPOConfig(**config, cuda_graphs=True))
     first = [p.detach().clone() for p in graphed.model.parameters()]
     for i in range(4):

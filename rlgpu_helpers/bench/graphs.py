@@ -21,6 +21,11 @@
   (:data:`SKIPPED_ON_CPU`). Where Inductor compiles ``reduce-overhead`` without its CUDA graphs
   (a part that mutates its inputs), that part is not timed as graphed: the reason is printed.
 * ``"graphs_compile"``: seconds of each part's first compiled call (the compile) or capture.
+
+:func:`launch_share_table` reads the step records against the launch floor (operators x the
+time of one tiny operator): compiling wins where that fixed cost is most of eager's time, and
+only there. :data:`H100_BANDWIDTH_GBS` bounds a graph-captured env step from above: launches
+gone, a step still moves its bytes per game (notebook 04) at no more than the memory bandwidth.
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ def op_time_by_size(device: str | torch.device | None = None, *, sizes=None) -> 
     label, records = machine_of(device), []
     for n in sizes:
         a, b = torch.ones(n, device=device), torch.ones(n, device=device)
-        timing = time_sized(lambda: a + b, pick(full=0.05, quick=0.005), probes=3, repeats=pick(full=5, quick=3),
+        timing = time_sized(lambda a=a, b=b: a + b, pick(full=0.05, quick=0.005), probes=3, repeats=pick(full=5, quick=3),
                             device=device)
         records.append(Record(OP_NAME, "a + b", "time per call", timing.median * 1e6, "µs",
                               {"elements": n, "device": device.type}, timing.iqr * 1e6, label))
@@ -240,15 +245,20 @@ def step_table(records: Sequence[Record]) -> Table:
 
 
 LEANRL_CLAIMS = {"leanrl-ppo-atari": CAPTURED, "leanrl-ppo-continuous": CAPTURED, "leanrl-compile-alone": COMPILED}
-"""LeanRL's published speedups (their H100) and the iteration mode against eager that answers each."""
+"""LeanRL's published speedups (their H100) and the iteration mode against eager that answers each.
+
+Each is against LeanRL's own eager script, the same code without compile or CUDA graphs, as ours
+is against eager: not against CleanRL's original script, whose "overall speed-up" (6.8x for PPO
+on Atari) also counts LeanRL's rewrite of the eager code."""
 NO_GPU = "no GPU record, from this run or in data/reference/ (the GPU sweep's `bench graphs` measures it)"
 
 
 def leanrl_checks(records: Sequence[Record], reference: Sequence[Record] = ()) -> list[ClaimCheck]:
     """LeanRL's speedups beside our PPO iteration's on a GPU, at the largest N measured there.
 
-    Their figures are for their scripts on their H100; ours is a Snake PPO iteration with
-    ``PPOConfig(compile=True[, cuda_graphs=True])`` against eager. No GPU record: "not measured".
+    Their figures are for their scripts on their H100, each against their same script eager;
+    ours is a Snake PPO iteration with ``PPOConfig(compile=True[, cuda_graphs=True])`` against
+    eager. No GPU record: "not measured".
     """
     every = [r for r in check_records(list(records) + list(reference))
              if r.name == NAME and r.params.get("part") == "iteration" and r.params.get("device") == "cuda"]
@@ -266,3 +276,50 @@ def leanrl_checks(records: Sequence[Record], reference: Sequence[Record] = ()) -
         checks.append(ClaimCheck(CLAIMS[key], f"iteration, {mode} vs eager, N={n:,}, cuda, {machine}",
                                  judge(CLAIMS[key], ratio, spread)))
     return checks
+
+
+# ---------------------------------------------------------------------------- reading the results
+
+def _verdict(ratio: float, spread: float) -> str:
+    if ratio - spread > 1:
+        return "faster"
+    if ratio + spread < 1:
+        return "slower"
+    return "within noise"
+
+
+def launch_share_table(records: Sequence[Record], launches: Sequence[Record], op_records: Sequence[Record]) -> Table:
+    """Per part and N of one machine's step records: eager's time, its launch floor, the floor's share
+    of it, and compiled against eager.
+
+    The launch floor is the part's operators (``launches``, :func:`launch_records`) times the time
+    of ``a + b`` on the smallest tensor (``op_records``, :func:`op_time_by_size`): the fixed cost
+    that fusing operators saves. "compiled is" says whether compiled beat eager beyond both
+    timings' spread. Parts without a launch count (the whole iteration) are left out.
+    """
+    ops = [r for r in check_records(op_records) if r.name == OP_NAME]
+    if not ops:
+        raise ValueError("op_records holds no graphs_op_time record (from op_time_by_size)")
+    op_us = min(ops, key=lambda r: r.params["elements"]).value
+    counts = {r.variant: r.value for r in check_records(launches) if r.name == LAUNCH_NAME}
+    steps: dict[tuple[str, int], dict[str, Record]] = {}
+    for r in check_records(records):
+        if r.name == NAME and r.params["part"] in counts:
+            steps.setdefault((r.params["part"], r.params["num_envs"]), {})[r.variant] = r
+    order = {p: i for i, p in enumerate(PARTS)}
+    rows = []
+    for (part, n), by_mode in sorted(steps.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        if EAGER not in by_mode or COMPILED not in by_mode:
+            continue
+        eager, floor = by_mode[EAGER].value, counts[part] * op_us
+        ratio, spread = record_ratio(by_mode[EAGER], by_mode[COMPILED])
+        rows.append([part, f"{n:,}", format_number(eager), format_number(floor), f"{floor / eager:.0%}",
+                     f"{ratio:.2f}x ± {spread:.2f}", _verdict(ratio, spread)])
+    columns = ["part", "games (N)", "eager (µs)", "launch floor (µs)", "floor / eager", "compiled vs eager",
+               "compiled is"]
+    return Table(columns, rows, [False, True, True, True, True, True, False])
+
+
+H100_BANDWIDTH_GBS = 3350.0
+"""The H100 SXM's memory bandwidth on NVIDIA's datasheet (HBM3, 3.35 TB/s): a spec to bound a step
+with, not a measurement. Bytes per game over it is the least a step can take on that GPU."""

@@ -42,7 +42,6 @@ float32's rounding. Networks whose output for a row depends on the other rows of
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
@@ -155,7 +154,18 @@ def micro_batches(batch, *, accumulation_steps: int | None = None, micro_batch_s
 
 # ---------------------------------------------------------------------------- accumulating
 
-_NO_SYNC = contextvars.ContextVar("no_sync", default=None)
+class _NoSync:
+    """Where :func:`sync_last_micro_batch_only` leaves DDP's ``no_sync`` for :func:`accumulate_gradients`.
+
+    A plain attribute, not a ``ContextVar``: ``torch.compile`` cannot trace ``ContextVar.get``
+    (a graph break inside every compiled update, notebook 09), while it reads an attribute and
+    guards on its value. One setting per process, as DDP has one model per process.
+    """
+
+    current: Callable[[], contextlib.AbstractContextManager] | None = None
+
+
+_NO_SYNC = _NoSync()
 
 
 @contextlib.contextmanager
@@ -167,11 +177,11 @@ def sync_last_micro_batch_only(no_sync: Callable[[], contextlib.AbstractContextM
     """
     if not callable(no_sync):
         raise TypeError(f"no_sync={no_sync!r} must be callable, such as DistributedDataParallel.no_sync")
-    token = _NO_SYNC.set(no_sync)
+    before, _NO_SYNC.current = _NO_SYNC.current, no_sync
     try:
         yield
     finally:
-        _NO_SYNC.reset(token)
+        _NO_SYNC.current = before
 
 
 def accumulate_gradients(loss_fn: Callable[[object], torch.Tensor], batch, *, accumulation_steps: int | None = None,
@@ -196,7 +206,7 @@ def accumulate_gradients(loss_fn: Callable[[object], torch.Tensor], batch, *, ac
         raise TypeError(f"loss_fn={loss_fn!r} must be callable")
     total_rows = _rows(batch)
     pieces = micro_batches(batch, accumulation_steps=accumulation_steps, micro_batch_size=micro_batch_size)
-    total, no_sync = None, _NO_SYNC.get()
+    total, no_sync = None, _NO_SYNC.current
     for index, piece in enumerate(pieces):
         quiet = no_sync is not None and index < len(pieces) - 1
         with no_sync() if quiet else contextlib.nullcontext():  # DDP: no all-reduce before the last micro-batch

@@ -163,6 +163,43 @@ def graph_breaks(fn: Callable, *args) -> GraphBreaks:
     return GraphBreaks(explained.graph_count, len(explained.break_reasons), explained.op_count, tuple(reasons))
 
 
+def check_break_free(fn: Callable, inputs, expected) -> str:
+    """Notebook 09's exercise checker: is ``fn`` traced whole, and does it still give ``expected``?
+
+    ``inputs`` is a list of arguments (one tensor each call), ``expected`` the outputs ``fn``
+    must return for them. The verdict counts ``fn``'s graph breaks on the first input
+    (:func:`graph_breaks`) and names the source line of each, then compares ``fn`` eager, and
+    compiled with ``fullgraph=True`` once it has none, against ``expected``. It returns text, never
+    raises for a wrong answer, so a notebook runs on with the exercise not done.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn={fn!r} is not callable")
+    inputs, expected = list(inputs), list(expected)
+    if not inputs or len(inputs) != len(expected):
+        raise ValueError(f"inputs ({len(inputs)}) and expected ({len(expected)}) must be as many, and at least one")
+    name = getattr(fn, "__name__", "fn")
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(fn)(inputs[0])
+    lines = []
+    for item in explained.break_reasons:
+        frame = item.user_stack[-1] if item.user_stack else None
+        line = f"{frame.name}: {(frame.line or '?').strip()}" if frame else "?"
+        if line not in lines:
+            lines.append(line)
+    eager_ok = all(torch.allclose(fn(x), want) for x, want in zip(inputs, expected))
+    verdict = [f"{name}: {len(explained.break_reasons)} graph break(s)" + "".join(f"\n  at {line}" for line in lines),
+               f"eager results as expected: {eager_ok}"]
+    if explained.break_reasons:
+        verdict.append("not yet: rewrite each line above so that no value comes back to Python (torch.where)")
+        return "\n".join(verdict)
+    compiled = torch.compile(fn, fullgraph=True)
+    compiled_ok = all(torch.allclose(compiled(x), want) for x, want in zip(inputs, expected))
+    verdict.append(f"compiled (fullgraph=True) results as expected: {compiled_ok}")
+    verdict.append("done: one graph, the same results" if eager_ok and compiled_ok else
+                   "not yet: no break, but the results differ from the expected ones")
+    return "\n".join(verdict)
+
+
 # ---------------------------------------------------------------------------- CUDA graphs by hand
 
 def check_cuda(device, what: str = "CUDA graphs") -> torch.device:
