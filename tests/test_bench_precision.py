@@ -2,22 +2,32 @@
 
 import pytest
 
+from rlgpu_helpers.bench.ablation import ABLATION, BASELINE
 from rlgpu_helpers.bench.precision import (
     MEMORY_NAME,
     NAME,
     PPO_NAME,
+    batch_records,
+    batch_table,
+    capstone_precision_table,
     learning_verdicts,
+    memory_table,
     plot_learning,
+    ppo_batches,
     ppo_records,
     ppo_runs,
     ppo_table,
     precision_claim_checks,
+    scaler_table,
     small_net_summary,
     step_records,
     step_table,
     target_checks,
 )
-from rlgpu_helpers.measure.claims import HELD, claim_checks_table
+from rlgpu_helpers.bench.time_to_score import CHOICE
+from rlgpu_helpers.core.device import machine_of
+from rlgpu_helpers.learn.train_step import scaler_trace
+from rlgpu_helpers.measure.claims import HELD, NOT_TESTED, claim_checks_table
 from rlgpu_helpers.measure.records import Record
 
 
@@ -116,3 +126,63 @@ def test_learning_verdicts_compare_the_difference_with_the_seeds_noise():
 def test_ppo_runs_refuses_an_unknown_variant():
     with pytest.raises(ValueError, match="variants"):
         ppo_runs("cpu", variants=("fp16",), steps=8192, progress=False)
+
+
+def _chosen(num_envs, machine):
+    return Record(CHOICE, "chosen settings", "for a budget of", 120.0, "s",
+                  {"num_envs": num_envs, "precision": "bf16", "compile": False, "cuda_graphs": False}, None, machine)
+
+
+def test_batch_records_time_and_weigh_the_capstone_nets_two_batches():
+    chosen = [_chosen(8, machine_of("cpu"))]  # 8 games, 64 steps, 4 minibatches: 8 acting, 128 per minibatch
+    assert ppo_batches("cpu", chosen) == (64, {"acting": 8, "update minibatch": 128})
+    assert ppo_batches("cpu", []) == (64, {"acting": 512, "update minibatch": 8192})  # the capstone's start
+    records = batch_records("cpu", progress=False, machine="m", records=chosen)
+    assert {(r.params["batch_of"], r.params["batch_size"], r.params["hidden"]) for r in records} == {
+        ("acting", 8, 64), ("update minibatch", 128, 64)}
+    assert {r.variant for r in records} >= {"fp32", "bf16"}
+    memory = [r for r in records if r.name == MEMORY_NAME]
+    assert all(0 < r.params["standing_mib"] < r.value for r in memory)
+    table = batch_table(records)
+    assert [row[2] for row in table.rows] == ["acting", "update minibatch"] and "weights + Adam (share)" in table.columns
+    sweep = step_records("cpu", hiddens=(64,), batch_size=8, precisions=("fp32", "bf16"), progress=False, machine="m")
+    assert batch_table(sweep).rows == []  # each table keeps to its own records
+    assert str(step_table(sweep + records)) == str(step_table(sweep))
+    assert str(memory_table(sweep + records)) == str(memory_table(sweep))
+    assert small_net_summary(sweep + records) == []
+
+
+def test_the_capstone_precision_table_sets_the_chosen_precision_beside_fp32():
+    def run(variant, precision, value, date="2026-01-01"):
+        return Record(ABLATION, variant, "throughput", value, "steps/s",
+                      {"num_envs": 128, "precision": precision}, None, "m", date)
+    records = [run(BASELINE, "bf16", 110.0), run("08 precision off", "fp32", 100.0), run(BASELINE, "bf16", 90.0, "2025-01-01"),
+               run("03 many games at once off", "bf16", 5.0)]
+    assert capstone_precision_table(records).rows == [["m", "128", "bf16", "110", "fp32", "100", "1.10x"]]
+    assert "no capstone ablation" in str(capstone_precision_table(records[:1]))
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_the_memory_claim_is_judged_where_activations_dominate_and_where_weights_do(device):
+    def memory(variant, value, hidden, batch, standing):
+        return Record(MEMORY_NAME, variant, "peak memory", value, "MiB",
+                      {"hidden": hidden, "batch_size": batch, "device": device, "standing_mib": standing}, None, "m")
+    records = [memory("fp32", 600.0, 4096, 256, 500.0), memory("bf16", 600.0, 4096, 256, 500.0),
+               memory("fp32", 100.0, 64, 2048, 4.0), memory("bf16", 50.0, 64, 2048, 4.0)]
+    records[2].params["batch_of"] = records[3].params["batch_of"] = "update minibatch"
+    activations, weights = [c for c in precision_claim_checks(records) if c.claim.key == "amp-memory"]
+    # a GPU claim gets a verdict from a GPU's records only; a CPU's are shown beside it, unjudged
+    assert activations.verdict.measured == pytest.approx(2.0)
+    assert activations.outcome == (HELD if device == "cuda" else NOT_TESTED)
+    assert "weights and Adam 4% of it" in activations.answered_by and "batch 2,048" in activations.answered_by
+    assert weights.verdict.measured == pytest.approx(1.0) and "weights and Adam 83% of it" in weights.answered_by
+
+
+def test_scaler_table_shows_each_step_of_a_scaler_trace():
+    trace = scaler_trace("cpu", steps=3, poison_at=(1,), init_scale=2.0**10)
+    table = scaler_table(trace)
+    assert table.columns == ["step", "scale used", "NaN in batch", "skipped", "next scale"]
+    assert table.rows[0][1] == "1,024" and table.rows[1][2:4] == ["True", "True"]
+    assert table.rows[1][4] == f"{trace[1].scale / 2:,.0f}"
+    with pytest.raises(TypeError, match="trace="):
+        scaler_table([1, 2])

@@ -1,5 +1,6 @@
 """The precision policy, the training step in each precision, and the GradScaler (notebook 08)."""
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from rlgpu_helpers.gpu.precision import (
     available_precisions,
     check_precision,
     choose_policy,
+    fp16_step_checks,
     fp32_matmul_precision,
     precision_context,
     set_tf32_matmuls,
@@ -217,3 +219,51 @@ def test_no_file_in_the_package_uses_torch_cuda_amp():
     offenders = [path.name for path in Path(rlgpu_helpers.__file__).parent.rglob("*.py")
                  if "torch.cuda" + ".amp" in path.read_text()]
     assert offenders == []
+
+
+def _fp16_step(unscale=True, scaler_on=True):
+    """An fp16 step written out by hand; ``unscale=False`` clips the scaled gradient (the classic mistake)."""
+    def step(model, optimizer, scaler, x, y, max_grad_norm):
+        with torch.autocast(device_type=x.device.type, dtype=torch.float16):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        (scaler.scale(loss) if scaler_on else loss).backward()
+        if unscale and scaler_on:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        if scaler_on:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+    return step
+
+
+def test_fp16_step_checks_pass_the_right_step_and_catch_each_mistake():
+    right = fp16_step_checks(_fp16_step())
+    assert [c.passed for c in right] == [True, True] and str(right[0]).startswith("passed: a good batch")
+    assert "differs by 0.0e+00" in right[0].detail and "65,536 -> 32,768" in right[1].detail
+    clipped_scaled = fp16_step_checks(_fp16_step(unscale=False))
+    assert [c.passed for c in clipped_scaled] == [False, True] and str(clipped_scaled[0]).startswith("FAILED")
+    no_scaler = fp16_step_checks(_fp16_step(scaler_on=False))
+    assert [c.passed for c in no_scaler] == [True, False] and "weights changed" in no_scaler[1].detail
+    with pytest.raises(TypeError, match="step="):
+        fp16_step_checks("not a function")
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        fp16_step_checks(_fp16_step(), max_grad_norm=0)
+
+
+def test_a_bf16_step_written_with_torch_autocast_is_train_steps_bf16_step():
+    helper = TrainStep("bf16", hidden=16, batch_size=32, device="cpu", seed=0)
+    model = copy.deepcopy(helper.model)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        logits, value = model(helper.obs)
+        loss = (torch.nn.functional.cross_entropy(logits.float(), helper.actions)
+                + (value.float() - helper.returns).pow(2).mean())
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    assert torch.equal(loss, helper())
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), helper.model.parameters()))

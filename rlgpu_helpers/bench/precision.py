@@ -9,6 +9,10 @@
   CUDA allocator's peak, or the CPU allocator's as the profiler counts it) plus the weights and
   Adam's moments it keeps between steps. A precision a CPU only emulates (fp16 without AMX-FP16) is measured at the
   small widths only, where its step still takes a moment;
+* the same two measurements at the capstone PPO's own net and batches (:func:`batch_records`):
+  acting's batch (``num_envs``) and the update's minibatch, where the activations dominate the
+  memory; :func:`batch_table` shows them, and :func:`capstone_precision_table` the capstone's
+  env steps/s with and without its chosen precision (``bench capstone`` records);
 * ``"precision_ppo"`` (:func:`ppo_records`): notebook 11's PPO trained for the same env steps
   from the same seed in each of :data:`LEARNING_VARIANTS` (the bf16 ones where the device
   multiplies bf16 natively): fp32, bf16 autocast around each forward pass, and the whole run
@@ -32,15 +36,23 @@ from ..core.checks import check_choices, check_int, check_ints, check_seed
 from ..core.config import pick
 from ..core.device import get_device, machine_of
 from ..gpu.memory import peak_memory
-from ..gpu.precision import PRECISIONS, PrecisionPolicy, autocast, available_precisions, device_traits
+from ..gpu.precision import (
+    PRECISIONS,
+    PrecisionPolicy,
+    autocast,
+    available_precisions,
+    device_traits,
+)
 from ..learn.ppo import PPO, PPOConfig
-from ..learn.train_step import TrainStep, step_flops
+from ..learn.train_step import ScalerStep, TrainStep, step_flops
 from ..learn.training import train
-from ..learn.tune import suggested_settings
+from ..learn.tune import ours_settings, suggested_settings
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records, select
 from ..measure.table import Table, format_number
 from ..measure.timing import time_sized
+from .ablation import ABLATION, BASELINE
+from .time_to_score import chosen_on_file
 
 NAME = "precision_step"
 MEMORY_NAME = "precision_memory"
@@ -75,7 +87,8 @@ def step_records(device: str | torch.device | None = None, *, hiddens=None, batc
     """Step time (``"precision_step"``, ms) and memory (``"precision_memory"``, MiB) of a
     ``TrainStep`` for each width in ``hiddens`` and each precision (default: all the device has).
 
-    Params: ``{"hidden", "batch_size", "device"}``; the variant is the precision. Each time is
+    Params: ``{"hidden", "batch_size", "device"}``, and for memory ``"standing_mib"`` too (the
+    weights and Adam's moments, :data:`MEMORY_METRIC`); the variant is the precision. Each time is
     the median of runs of about 0.1 s (spread: the IQR).
     """
     device = get_device(device, param="device")
@@ -95,8 +108,10 @@ def step_records(device: str | torch.device | None = None, *, hiddens=None, batc
         timing = time_sized(step, pick(full=0.1, quick=0.01), repeats=pick(full=5, quick=3), device=device)
         params = {"hidden": hidden, "batch_size": batch_size, "device": device.type}
         records.append(Record(NAME, precision, "step time", timing.median * 1e3, "ms", params, timing.iqr * 1e3, label))
-        peak = peak_memory(step, device) + step.standing_bytes()
-        records.append(Record(MEMORY_NAME, precision, MEMORY_METRIC, peak / 2**20, "MiB", params, None, label))
+        standing = step.standing_bytes()
+        peak = peak_memory(step, device) + standing
+        records.append(Record(MEMORY_NAME, precision, MEMORY_METRIC, peak / 2**20, "MiB",
+                              {**params, "standing_mib": standing / 2**20}, None, label))
         del step
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -104,6 +119,92 @@ def step_records(device: str | torch.device | None = None, *, hiddens=None, batc
         print(f"{precision}: measured only up to width {EMULATED_MAX_HIDDEN} on {device.type}: this device "
               f"emulates it, so one step of a wider net takes far longer than fp32's")
     return records
+
+
+def ppo_batches(device: str | torch.device | None = None, records=None) -> tuple[int, dict[str, int]]:
+    """The width of the capstone PPO's net on this device, and the two batches it runs that net on.
+
+    ``"acting"``: one forward pass per env step, on ``num_envs`` observations; ``"update
+    minibatch"``: forward and backward on ``num_envs * num_steps / num_minibatches`` transitions.
+    The settings are the capstone's on file for this machine (``time_to_score.chosen_on_file``
+    in ``records``, default ``data/reference/``), else the ones it starts from (``ours_settings``).
+    """
+    device = get_device(device, param="device")
+    settings = chosen_on_file(device, records) or ours_settings(device)
+    config = PPOConfig(**{**settings, "device": str(device)})
+    return config.hidden, {"acting": config.num_envs,
+                           "update minibatch": config.num_envs * config.num_steps // config.num_minibatches}
+
+
+def batch_records(device: str | torch.device | None = None, *, progress: bool = True, machine: str | None = None,
+                  records=None) -> list[Record]:
+    """:func:`step_records` of the capstone PPO's net at its two batches (:func:`ppo_batches`).
+
+    In fp32 and the 16-bit formats the device has (fp16 only where it multiplies fp16 natively);
+    each record's params add ``"batch_of"``: ``"acting"`` or ``"update minibatch"``.
+    """
+    device = get_device(device, param="device")
+    traits = device_traits(device)
+    have = available_precisions(traits)
+    precisions = [p for p in ("fp32", *SIXTEEN_BIT) if p in have and (p != "fp16" or traits.fp16_native)]
+    hidden, batches = ppo_batches(device, records)
+    measured = []
+    for role, batch in batches.items():
+        for record in step_records(device, hiddens=(hidden,), batch_size=batch, precisions=precisions,
+                                   progress=progress, machine=machine):
+            record.params["batch_of"] = role
+            measured.append(record)
+    return measured
+
+
+def batch_table(records: Sequence[Record]) -> Table:
+    """Per machine and batch of :func:`batch_records`: each precision's step time (and speedup over
+    fp32), fp32's memory and the share of it held by the weights and Adam's moments, and each 16-bit
+    precision's memory (fp32's over it)."""
+    steps = [r for r in select(records, name=NAME) if "batch_of" in r.params]
+    memory = [r for r in select(records, name=MEMORY_NAME) if "batch_of" in r.params]
+    sixteen = [p for p in SIXTEEN_BIT if any(r.variant == p for r in steps)]
+    rows = []
+    for key in dict.fromkeys((r.machine, r.params["device"], r.params["batch_of"]) for r in steps):
+        def find(group, variant, key=key):
+            return next((r for r in group if (r.machine, r.params["device"], r.params["batch_of"]) == key
+                         and r.variant == variant), None)
+
+        base, base_memory = find(steps, "fp32"), find(memory, "fp32")
+        if base is None or base_memory is None:
+            continue
+        times, sizes = [], []
+        for precision in sixteen:
+            fast, small = find(steps, precision), find(memory, precision)
+            times.append(f"{format_number(fast.value)} ({base.value / fast.value:.2f}x)" if fast else "")
+            sizes.append(f"{format_number(small.value)} ({base_memory.value / small.value:.2f}x)" if small else "")
+        share = base_memory.params["standing_mib"] / base_memory.value
+        rows.append([*key, f"{base.params['batch_size']:,}", f"{base.params['hidden']:,}", format_number(base.value),
+                     *times, format_number(base_memory.value), f"{share:.0%}", *sizes])
+    columns = ["machine", "device", "batch of", "rows", "width", "fp32 step (ms)",
+               *(f"{p} step (ms, speedup)" for p in sixteen), "fp32 memory (MiB)", "weights + Adam (share)",
+               *(f"{p} memory (MiB, fp32 over it)" for p in sixteen)]
+    return Table(columns, rows, [False, False, False, True, True, True, *([True] * len(sixteen)), True, True,
+                                 *([True] * len(sixteen))])
+
+
+def capstone_precision_table(records: Sequence[Record]) -> Table:
+    """Per machine with a capstone ablation on file (``bench capstone``): PPO's env steps/s in the
+    precision the capstone chose and with notebook 08 switched off (fp32, all else the same)."""
+    runs = select(records, name=ABLATION, metric="throughput")
+    rows = []
+    for machine in dict.fromkeys(r.machine for r in runs):
+        mine = [r for r in runs if r.machine == machine]
+        chosen = max((r for r in mine if r.variant == BASELINE), key=lambda r: r.date, default=None)
+        off = max((r for r in mine if r.variant.startswith("08")), key=lambda r: r.date, default=None)
+        if chosen is None or off is None:
+            continue
+        rows.append([machine, f"{chosen.params['num_envs']:,}", chosen.params["precision"], format_number(chosen.value),
+                     off.params["precision"], format_number(off.value), f"{chosen.value / off.value:.2f}x"])
+    if not rows:
+        rows.append(["no capstone ablation with notebook 08 switched off in these records", "", "", "", "", "", ""])
+    return Table(["machine", "games (acting batch)", "chosen", "env steps/s", "08 off", "env steps/s",
+                  "chosen over 08 off"], rows, [False, True, False, True, False, True, True])
 
 
 def learning_variants(device: str | torch.device | None = None) -> tuple[str, ...]:
@@ -224,10 +325,16 @@ def learning_verdicts(records: Sequence[Record]) -> list[str]:
 def measure_precision(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
     """The ``precision`` bench suite (see the module docstring): about 3 minutes on 2 CPU cores."""
     device = get_device(device, param="device")
-    return step_records(device, progress=progress) + ppo_records(ppo_runs(device, progress=progress), device)
+    return (step_records(device, progress=progress) + batch_records(device, progress=progress)
+            + ppo_records(ppo_runs(device, progress=progress), device))
 
 
 # ---------------------------------------------------------------------------- reading the records
+
+def _sweep(records: Sequence[Record], name: str) -> list[Record]:
+    """The records called ``name`` of the width sweep (:func:`step_records`), without those of :func:`batch_records`."""
+    return [r for r in select(records, name=name) if "batch_of" not in r.params]
+
 
 def _at(records: list[Record], machine: str, device: str, hidden: int, precision: str) -> Record | None:
     return next(iter(select(records, machine=machine, device=device, hidden=hidden, variant=precision)), None)
@@ -240,7 +347,7 @@ def _setups(records: list[Record]) -> list[tuple[str, str]]:
 def step_table(records: Sequence[Record]) -> Table:
     """Per machine, device and width: the work of a step, each precision's time and speedup over fp32,
     fp32's achieved GFLOP/s."""
-    steps = select(records, name=NAME)
+    steps = _sweep(records, NAME)
     precisions = [p for p in PRECISIONS if any(r.variant == p for r in steps)]
     rows = []
     for machine, device in _setups(steps):
@@ -262,7 +369,7 @@ def step_table(records: Sequence[Record]) -> Table:
 
 def memory_table(records: Sequence[Record]) -> Table:
     """Memory of a step per width and precision, and fp32's over each (how many times smaller)."""
-    memory = select(records, name=MEMORY_NAME)
+    memory = _sweep(records, MEMORY_NAME)
     precisions = [p for p in PRECISIONS if any(r.variant == p for r in memory)]
     rows = []
     for machine, device in _setups(memory):
@@ -285,7 +392,7 @@ def small_net_summary(records: Sequence[Record]) -> list[str]:
     Work that grows many times while the time barely moves means the step is paying a fixed cost
     per call (Python, kernel launches, the optimizer's loop), not arithmetic.
     """
-    steps, lines = select(records, name=NAME), []
+    steps, lines = _sweep(records, NAME), []
     for machine, device in _setups(steps):
         hiddens = sorted({r.params["hidden"] for r in steps if r.machine == machine and r.variant == "fp32"})
         if len(hiddens) < 2:
@@ -299,7 +406,7 @@ def small_net_summary(records: Sequence[Record]) -> list[str]:
 
 def target_checks(records: Sequence[Record]) -> Table:
     """The lesson's GPU target on each GPU machine: bf16 ≥ ``TARGET_SPEEDUP`` x fp32 at every width ≥ ``TARGET_HIDDEN``."""
-    steps, rows = select(records, name=NAME), []
+    steps, rows = _sweep(records, NAME), []
     for machine, device in _setups(steps):
         if device != "cuda":
             continue
@@ -317,6 +424,16 @@ def target_checks(records: Sequence[Record]) -> Table:
         rows.append([f"bf16 ≥ {TARGET_SPEEDUP:g}x fp32 from width {TARGET_HIDDEN:,}, on a GPU",
                      "not measured: no GPU record in these records", ""])
     return Table(["target", "measured (fp32 time over bf16 time)", "outcome"], rows, [False, True, False])
+
+
+def scaler_table(trace: Sequence[ScalerStep]) -> Table:
+    """The steps of ``learn.train_step.scaler_trace`` as a table: the scale each used, whether its batch
+    held a NaN, whether the scaler skipped it, and the scale after it."""
+    if not all(isinstance(row, ScalerStep) for row in trace):
+        raise TypeError(f"trace={trace!r:.80} must be the list of ScalerStep that scaler_trace returns")
+    rows = [[str(row.step), f"{row.scale:,.0f}", str(row.poisoned), str(row.skipped), f"{row.next_scale:,.0f}"]
+            for row in trace]
+    return Table(["step", "scale used", "NaN in batch", "skipped", "next scale"], rows, [True, True, False, False, True])
 
 
 NO_GPU = "no GPU record, from this run or in data/reference/ (the GPU sweep's `bench precision` measures it)"
@@ -339,17 +456,37 @@ def _best(records: list[Record], machine: str, device: str, formats) -> tuple[Re
     return base, fast, fast.variant
 
 
+def _most_activations(memory: list[Record], machine: str, device: str, formats) -> tuple[Record, Record, str] | None:
+    """The fp32 memory record whose weights and Adam's moments hold the smallest share of it (where the
+    activations dominate most), the smallest of ``formats`` at the same width and batch, and its name."""
+    mine = [r for r in memory if r.machine == machine and r.params["device"] == device and "standing_mib" in r.params]
+    bases = [r for r in mine if r.variant == "fp32"]
+    if not bases:
+        return None
+    base = min(bases, key=lambda r: r.params["standing_mib"] / r.value)
+    same = [r for r in mine if r.variant in formats and (r.params["hidden"], r.params["batch_size"])
+            == (base.params["hidden"], base.params["batch_size"])]
+    if not same:
+        return None
+    small = min(same, key=lambda r: r.value)
+    return base, small, small.variant
+
+
 def precision_claim_checks(records: Sequence[Record], reference: Sequence[Record] = ()) -> list[ClaimCheck]:
     """The guides' statements on mixed precision, each beside the measurement that answers it.
 
     * speed ("amp-speedup", "amp-up-to-2x", "fp16-speedup"): fp32 step time over the fastest
       16-bit autocast allowed, at the widest width measured, one check per GPU machine (``records``
       first, then ``reference``); they are about GPUs, so a CPU answers none of them;
-    * "amp-memory": fp32's memory over the 16-bit precision's, at the widest width, on every
-      machine (bf16 on a CPU, the smaller of bf16 and fp16 on a GPU).
+    * "amp-memory": fp32's memory over the 16-bit precision's (bf16 on a CPU, the smaller of bf16
+      and fp16 on a GPU), on every machine, twice: where the activations dominate the memory (the
+      record whose weights and Adam's moments hold the smallest share of it, such as a large batch
+      of :func:`batch_records`), the case the claim is about, and at the widest width of the sweep,
+      where the weights and Adam's moments dominate and 16 bits cannot shrink them.
     """
     everything = list(records) + list(reference)
-    steps, memory = select(everything, name=NAME), select(everything, name=MEMORY_NAME)
+    steps = _sweep(everything, NAME)
+    memory = select(everything, name=MEMORY_NAME)
     gpus = [(m, d) for m, d in _setups(steps) if d == "cuda"]
     checks = []
     for key, formats in SPEED_CLAIMS.items():
@@ -367,13 +504,17 @@ def precision_claim_checks(records: Sequence[Record], reference: Sequence[Record
             checks.append(ClaimCheck(claim, NO_GPU))
     claim = CLAIMS["amp-memory"]
     for machine, device in _setups(memory):
-        found = _best(memory, machine, device, SIXTEEN_BIT if device == "cuda" else ("bf16",))
-        if found is None:
-            continue
-        base, small, name = found
-        checks.append(ClaimCheck(claim, f"peak memory of a step, fp32 over {name}, width {base.params['hidden']:,}, "
-                                        f"batch {base.params['batch_size']:,}, {device}, {machine}",
-                                 judge(claim, base.value / small.value)))
+        formats = SIXTEEN_BIT if device == "cuda" else ("bf16",)
+        widest = _best([r for r in memory if "batch_of" not in r.params], machine, device, formats)
+        found = [f for f in (_most_activations(memory, machine, device, formats), widest) if f is not None]
+        if len(found) == 2 and found[0][0] is found[1][0]:
+            found.pop()  # the same record answers both
+        for base, small, name in found:
+            share = (f" (weights and Adam {base.params['standing_mib'] / base.value:.0%} of it)"
+                     if "standing_mib" in base.params else "")
+            checks.append(ClaimCheck(claim, f"peak memory of a step{share}, fp32 over {name}, width "
+                                            f"{base.params['hidden']:,}, batch {base.params['batch_size']:,}, "
+                                            f"{device}, {machine}", judge(claim, base.value / small.value, device=device)))
     if not memory:
         checks.append(ClaimCheck(claim, "no memory record in these records"))
     return checks

@@ -21,19 +21,26 @@ gradients hold inf or NaN and halves the scale, and doubles it again after a run
 Autocast belongs around the forward pass and the loss only (:func:`precision_context`): a region
 held open across optimizer steps keeps multiplying by the 16-bit weights it cached first
 (:func:`stale_weights_check`), which is how a whole PPO run inside one autocast learns nothing.
+
+:func:`fp16_step_checks` checks an fp16 step written by hand against the course's
+(``gpu.accumulate.accumulated_step`` with a ``GradScaler``, as PPO's update takes it): the same
+update from a good batch, and a skipped step with a halved scale from a batch holding a NaN.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from ..core.checks import check_choice, check_number
 from ..core.device import get_device, native_half_dtypes
+from .accumulate import accumulated_step
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 """The precisions a step can run in: plain float32, float32 with TF32 matmuls, and two autocasts."""
@@ -179,15 +186,15 @@ def choose_policy(traits: DeviceTraits, cpu_bf16_speedup: float | None = None,
         cc = f"{traits.name} has compute capability {major}.{minor}"
         if traits.capability >= (8, 0) and traits.bf16_native:
             return PrecisionPolicy("cuda", "bf16", True, False, (
-                f"{cc} (8.0 or more): its tensor cores multiply bf16 natively "
-                "(torch.cuda.is_bf16_supported(including_emulation=False))",
+                (f"{cc} (8.0 or more): its tensor cores multiply bf16 natively "
+                "(torch.cuda.is_bf16_supported(including_emulation=False))"),
                 "bf16 has float32's exponent range: gradients do not underflow, no GradScaler needed",
-                "what autocast leaves in float32 runs its matmuls in TF32 "
-                "(torch.backends.cuda.matmul.fp32_precision = 'tf32')"))
+                ("what autocast leaves in float32 runs its matmuls in TF32 "
+                "(torch.backends.cuda.matmul.fp32_precision = 'tf32')")))
         if traits.capability >= (7, 0):
             return PrecisionPolicy("cuda", "fp16", False, True, (
-                f"{cc} (below 8.0): no native bf16 (torch.cuda.is_bf16_supported() may say True, "
-                "through a slow emulation) and no TF32",
+                (f"{cc} (below 8.0): no native bf16 (torch.cuda.is_bf16_supported() may say True, "
+                "through a slow emulation) and no TF32"),
                 "its tensor cores multiply fp16 (compute capability 7.0 and later)",
                 "fp16's narrow range lets small gradients underflow: a GradScaler scales the loss"))
         return PrecisionPolicy("cuda", "fp32", False, False, (
@@ -284,3 +291,75 @@ def stale_weights_check(device: str | torch.device | None = "cpu", dtype: str = 
                 after = layer(x)
         changes[name] = (after.float() - before.float()).abs().max().item()
     return changes
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCheck:
+    """One check of :func:`fp16_step_checks`: what was checked, whether it passed, and what was measured."""
+
+    what: str
+    passed: bool
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{'passed' if self.passed else 'FAILED'}: {self.what} ({self.detail})"
+
+
+def fp16_step_checks(step: Callable, device: str | torch.device | None = "cpu", *,
+                     max_grad_norm: float = 0.5) -> list[StepCheck]:
+    """Check a hand-written fp16 training step against the course's, on a small seeded regression.
+
+    ``step(model, optimizer, scaler, x, y, max_grad_norm)`` must take one optimizer step of
+    ``model`` on the mean squared error of ``model(x)`` against ``y``, computed in fp16 autocast,
+    with the ``torch.amp.GradScaler`` ``scaler``, the gradient's norm clipped to ``max_grad_norm``.
+    The optimizer is plain SGD, so a wrongly scaled gradient shows in the update (Adam would hide
+    most of it). The course's step is ``accumulated_step(optimizer, loss, batch, max_grad_norm=...,
+    scaler=scaler)``. Two checks, each from the same start as the course's step:
+
+    * a good batch: the same update as the course's, to within 1e-4 of its size (a gradient
+      clipped before ``scaler.unscale_`` is clipped at ``max_grad_norm`` times the scale's
+      inverse, and the update comes out thousands of times too small);
+    * a batch holding a NaN: no weight changes and the scale is halved (``scaler.step`` and
+      ``scaler.update``).
+    """
+    if not callable(step):
+        raise TypeError(f"step={step!r} must be callable: step(model, optimizer, scaler, x, y, max_grad_norm)")
+    device = get_device(device, param="device")
+    max_grad_norm = check_number("max_grad_norm", max_grad_norm, above=0)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 8, generator=generator).to(device)
+    y = torch.randn(64, 1, generator=generator).to(device)
+    torch.manual_seed(0)
+    start = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1)).to(device)
+
+    def run(update, batch_x):
+        model = copy.deepcopy(start)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler(device.type)
+        scale = scaler.get_scale()
+        update(model, optimizer, scaler, batch_x)
+        change = torch.cat([(p.detach() - q.detach()).flatten() for p, q in zip(model.parameters(),
+                                                                                 start.parameters())])
+        return change, scale, scaler.get_scale()
+
+    def course(model, optimizer, scaler, batch_x):
+        def loss(_):
+            with torch.amp.autocast(device.type, dtype=torch.float16):
+                return nn.functional.mse_loss(model(batch_x), y)
+        accumulated_step(optimizer, loss, batch_x, accumulation_steps=1, max_grad_norm=max_grad_norm, scaler=scaler)
+
+    def theirs(model, optimizer, scaler, batch_x):
+        step(model, optimizer, scaler, batch_x, y, max_grad_norm)
+
+    right, _, _ = run(course, x)
+    mine, _, _ = run(theirs, x)
+    off = ((mine - right).norm() / right.norm()).item()
+    good = StepCheck("a good batch: the same update as the course's step", off <= 1e-4,
+                     f"the update differs by {off:.1e} of its size; allowed 1e-4")
+    poisoned = x.clone()
+    poisoned[0, 0] = float("nan")
+    change, before, after = run(theirs, poisoned)
+    untouched = bool((change == 0).all())
+    bad = StepCheck("a NaN in the batch: the step skipped and the scale halved", untouched and after == before / 2,
+                    f"weights {'unchanged' if untouched else 'changed'}, scale {before:,.0f} -> {after:,.0f}")
+    return [good, bad]
