@@ -1,17 +1,23 @@
 """The ``batch_size`` bench suite (notebook 06): sweep, largest batch, utilization, verdicts."""
 
 import os
+import platform
 
 import pytest
 
 from rlgpu_helpers.bench.batch_size import (
     NETWORKS,
+    PHASES,
     UpdateStep,
+    allocator_experiment,
+    allocator_table,
     batch_claim_checks,
     batch_sweep,
     max_batch_search,
     max_batch_table,
     memory_per_sample,
+    phase_peaks,
+    phase_table,
     plot_sweep,
     saturation_batch,
     sweep_table,
@@ -99,3 +105,38 @@ def test_training_utilization_records_the_monitors_mean(capfd):
     assert 0 <= record.value <= 100 * (1 + tick / interval) and record.unit == "%"
     with pytest.raises(ValueError, match="seconds"):
         training_utilization("cpu", seconds=0)
+
+
+def test_the_cnn_s_peak_memory_never_falls_as_the_batch_grows():
+    # review of notebook 06: the CPU peak fell from batch 16 to 64, because the profiler missed the
+    # free of the gradients the warm-up runs had left (fixed in gpu.memory.peak_memory)
+    records = batch_sweep("cpu", networks=("cnn",), batch_sizes=(16, 32, 64, 128, 256), progress=False, machine="m")
+    peaks = [r.value for r in records if r.metric == "peak memory"]
+    assert peaks == sorted(peaks) and peaks[-1] > 3 * peaks[0]
+
+
+def test_a_step_s_peak_is_the_larger_of_its_phases_not_their_sum():
+    records = phase_peaks("cnn", (16, 256), "cpu", machine="m")
+    peak = {(r.params["batch_size"], r.metric): r.value for r in records}
+    assert set(PHASES) == {metric for _, metric in peak}
+    for batch in (16, 256):
+        parts = peak[batch, "forward and backward"], peak[batch, "clip and Adam step"]
+        assert peak[batch, "whole step"] == pytest.approx(max(parts), rel=0.01)
+    # Adam's temporaries are the size of the parameters, whatever the batch; activations grow with it
+    assert peak[16, "clip and Adam step"] == peak[256, "clip and Adam step"]
+    assert peak[256, "forward"] == pytest.approx(16 * peak[16, "forward"], rel=0.1)
+    rows = phase_table(records).rows
+    assert [row[-1] for row in rows] == ["clip and Adam step", "forward and backward"]
+
+
+def test_the_allocator_experiment_counts_page_faults_in_both_settings():
+    records = allocator_experiment("mlp", (64,), repeats=1, machine="m")
+    variants = {r.variant for r in records}
+    assert "glibc default" in variants
+    if platform.libc_ver()[0] == "glibc":
+        assert variants == {"glibc default", "glibc keeping freed memory"}
+    assert all(r.value >= 0 and r.params == {"batch_size": 64, "device": "cpu", "network": "mlp"} for r in records)
+    assert {r.metric for r in records} <= {"throughput", "page faults"}
+    assert len(allocator_table(records).rows) == len(variants)
+    with pytest.raises(ValueError, match="network='big'"):
+        allocator_experiment("big")

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from rlgpu_helpers.gpu.memory import (
     BatchSearch,
+    check_largest_batch,
     find_max_batch_size,
     is_out_of_memory,
     peak_memory,
@@ -153,3 +154,50 @@ def test_bad_callables_and_budgets_are_refused():
     with pytest.raises(ValueError, match="budget_bytes=0"):
         within_budget(lambda batch: None, 0, "cpu")
     assert isinstance(find_max_batch_size(lambda b: None, "cpu", budget_bytes=10, max_batch=1), BatchSearch)
+
+
+def test_peak_memory_on_a_cpu_counts_the_free_of_what_the_previous_call_left():
+    # like a training step's gradients: each call frees the last call's block, then allocates its own.
+    # The profiler reports a free only for a block it saw allocated: without a profiled warm-up the
+    # first free went uncounted and the peak read 4,001,000 instead of 1,000
+    held = {}
+
+    def replace():
+        held["grads"] = None
+        held["grads"] = torch.empty(4_000_000, dtype=torch.uint8)
+        torch.empty(1000, dtype=torch.uint8)
+    replace()  # outside any profiler, like the steps before a measurement
+    assert peak_memory(replace, "cpu") == 1000
+    assert peak_memory(replace, "cpu") == 1000  # and the same again: nothing depends on what ran before
+
+
+def test_a_search_written_by_hand_gets_a_verdict():
+    def doubling_only(step):
+        batch, good = 1, None
+        while True:
+            try:
+                step(batch)
+            except torch.OutOfMemoryError:
+                return good
+            good, batch = batch, 2 * batch
+
+    def one_by_one(step):
+        batch = 1
+        while True:
+            try:
+                step(batch)
+            except torch.OutOfMemoryError:
+                return batch - 1
+            batch += 1
+
+    def the_helper(step):
+        return find_max_batch_size(step, "cpu", budget_bytes=2**62, start=1).largest_fit
+
+    assert check_largest_batch(doubling_only).startswith("not yet: for a step that fits up to 412 samples your "
+                                                         "search returned 256")
+    assert check_largest_batch(one_by_one).startswith("right answers, but slow: 413 batches tried")
+    assert check_largest_batch(the_helper, limits=(1, 412)).startswith("right: your search found all 2 limits")
+    with pytest.raises(TypeError, match="search=3"):
+        check_largest_batch(3)
+    with pytest.raises(ValueError, match=r"limits\[1\]=0"):
+        check_largest_batch(the_helper, limits=(5, 0))

@@ -14,13 +14,21 @@ of one update step (:class:`UpdateStep`) of the course's networks (:data:`NETWOR
   PPO training run (:func:`training_utilization`).
 
 :func:`saturation_batch` marks where samples/s stops growing, and :func:`batch_claim_checks` puts
-the guides' statements beside GPU records (from this run or ``data/reference/``).
+the guides' statements beside GPU records (from this run or ``data/reference/``). Two lessons
+explain the sweep's shape: :func:`phase_peaks` (which part of a step holds its peak memory) and
+:func:`allocator_experiment` (on a CPU, glibc's ``malloc`` handing large blocks back to the OS
+makes every step fault its memory in again).
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -42,12 +50,14 @@ from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.plots import plot_records
 from ..measure.records import Record, check_records, select
 from ..measure.table import Table, format_number
-from ..measure.timing import rate
+from ..measure.timing import rate, time_callable
 from ..snake import rules
 
 NAME = "batch_update"
 MAX_NAME = "max_batch"
 UTILIZATION_NAME = "utilization"
+PHASE_NAME = "update_phases"
+ALLOCATOR_NAME = "allocator"
 
 NETWORKS = {
     "mlp": "ActorCritic MLP (11 features, 64 wide: PPO's)",
@@ -83,16 +93,28 @@ class UpdateStep:
         self(2)
         self.optimizer.zero_grad(set_to_none=True)
 
-    def __call__(self, batch: int) -> None:
+    def loss(self, batch: int) -> torch.Tensor:
+        """The forward pass on ``batch`` random samples: the loss, whose graph keeps the activations."""
         obs = torch.rand(batch, *self.obs_shape, device=self.device)
         actions = torch.randint(rules.NUM_ACTIONS, (batch,), device=self.device)
         returns = torch.randn(batch, device=self.device)
         logits, value = self.model(obs)
-        loss = F.cross_entropy(logits, actions) + 0.5 * F.mse_loss(value, returns)
+        return F.cross_entropy(logits, actions) + 0.5 * F.mse_loss(value, returns)
+
+    def backward(self, batch: int) -> None:
+        """Forward and backward: new gradients in ``.grad`` (the previous ones freed first)."""
+        loss = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+
+    def optimizer_step(self) -> None:
+        """Clip the gradients and take the Adam step."""
         nn.utils.clip_grad_norm_(self.model.parameters(), 0.5)
         self.optimizer.step()
+
+    def __call__(self, batch: int) -> None:
+        self.backward(batch)
+        self.optimizer_step()
 
 
 def default_batch_sizes(network: str, device: str | torch.device | None = None) -> tuple[int, ...]:
@@ -148,6 +170,136 @@ def batch_sweep(device: str | torch.device | None = None, *, networks=tuple(NETW
         records.append(Record(NAME, NETWORKS[network], "throughput", rate, "samples/s", params, spread, label))
         records.append(Record(NAME, NETWORKS[network], "peak memory", peak / MIB, "MiB", params, None, label))
     return records
+
+
+PHASES = {
+    "forward": lambda step, batch: step.loss(batch),
+    "forward and backward": lambda step, batch: step.backward(batch),
+    "clip and Adam step": lambda step, batch: step.optimizer_step(),
+    "whole step": lambda step, batch: step(batch),
+}
+"""The parts of an update whose peaks :func:`phase_peaks` measures, each a call ``(step, batch)``."""
+
+
+def phase_peaks(network: str = "cnn", batch_sizes=None, device: str | torch.device | None = None, *,
+                machine: str | None = None) -> list[Record]:
+    """Where an update's peak memory is: the peak of each of :data:`PHASES`, per batch.
+
+    The forward pass keeps activations in proportion to the batch (backward frees them as it
+    goes); clipping and Adam's step work on the parameters, so their temporaries do not depend on
+    the batch. A step's peak is the larger of the two, not their sum. Returns ``"update_phases"``
+    records: metric the phase, MiB, params ``{"batch_size", "device"}``.
+    """
+    check_choice("network", network, tuple(NETWORKS))
+    device = get_device(device, param="device")
+    batch_sizes = check_ints("batch_sizes", batch_sizes or pick(full=(16, 64, 256, 1024), quick=(16, 64, 256)))
+    step, label = UpdateStep(network, device), machine_of(device, machine)
+    records = []
+    for batch in batch_sizes:
+        params = {"batch_size": batch, "device": device.type}
+        for phase, run in PHASES.items():
+            peak = peak_memory(functools.partial(run, step, batch), device)
+            records.append(Record(PHASE_NAME, NETWORKS[network], phase, peak / MIB, "MiB", params, None, label))
+    return records
+
+
+def phase_table(records: Sequence[Record]) -> Table:
+    """Per machine, network and batch: the peak of each phase (MiB), and which phase holds the step's."""
+    chosen = select(records, name=PHASE_NAME)
+    keys = sorted({(r.machine, r.variant, r.params["batch_size"]) for r in chosen})
+    rows = []
+    for machine, variant, batch in keys:
+        peaks = {r.metric: r.value for r in chosen
+                 if (r.machine, r.variant, r.params["batch_size"]) == (machine, variant, batch)}
+        parts = {phase: peaks[phase] for phase in ("forward and backward", "clip and Adam step") if phase in peaks}
+        rows.append([machine, variant, f"{batch:,}", *(format_number(peaks[p]) if p in peaks else "" for p in PHASES),
+                     max(parts, key=parts.get) if parts else ""])
+    columns = ["machine", "network", "batch (samples)", *(f"{phase} (MiB)" for phase in PHASES), "the step's peak is in"]
+    return Table(columns, rows, [False, False, True, *(True for _ in PHASES), False])
+
+
+KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**40)}
+"""Environment variables that make glibc's ``malloc`` keep freed memory in the process: serve
+blocks up to 1 GiB from its heap (not from fresh ``mmap`` pages) and never hand the heap's top back."""
+MMAP_THRESHOLD_MAX = 32 * MIB
+"""glibc's largest automatic ``mmap`` threshold on 64-bit Linux: a freed block above it goes back to the OS."""
+
+
+def _minor_page_faults() -> int | None:
+    """This process's minor page faults so far (None where ``resource`` is missing: Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def fault_rates(network: str, batch_sizes, repeats: int) -> list[tuple[int, float, float, float | None]]:
+    """``(batch, samples/s, IQR, minor page faults per sample)`` of the CPU update, in this process."""
+    step = UpdateStep(check_choice("network", network, tuple(NETWORKS)), "cpu")
+    rows = []
+    for batch in check_ints("batch_sizes", batch_sizes):
+        step(batch)
+        before = _minor_page_faults()
+        timing = time_callable(functools.partial(step, batch), warmup=1, repeats=check_int("repeats", repeats))
+        after = _minor_page_faults()
+        faults = None if before is None else (after - before) / ((1 + repeats) * batch)
+        rows.append((batch, *timing.rate(batch), faults))
+    return rows
+
+
+def allocator_experiment(network: str = "cnn", batch_sizes=None, *, repeats: int | None = None,
+                         machine: str | None = None) -> list[Record]:
+    """The CPU update's samples/s and page faults with glibc's default ``malloc`` (this process)
+    and with :data:`KEEP_FREED_MEMORY` (a child process, where the variables take effect at start).
+
+    By default glibc hands a freed block above its ``mmap`` threshold (at most
+    :data:`MMAP_THRESHOLD_MAX`) straight back to the OS; the next step's block of the same size
+    then gets fresh pages, and the kernel zero-fills each 4 KiB page at its first touch (a minor
+    page fault). Returns ``"allocator"`` records: ``"throughput"`` (samples/s, IQR) and ``"page
+    faults"`` (per sample), variants ``"glibc default"`` and ``"glibc keeping freed memory"``;
+    only the first where the C library is not glibc (printed).
+    """
+    check_choice("network", network, tuple(NETWORKS))
+    batch_sizes = check_ints("batch_sizes", batch_sizes or pick(full=(1024, 2048), quick=(2048,)))
+    repeats = pick(full=3, quick=1) if repeats is None else check_int("repeats", repeats)
+    runs = {"glibc default": fault_rates(network, batch_sizes, repeats)}
+    if platform.libc_ver()[0] != "glibc":
+        print(f"the C library here is not glibc ({platform.libc_ver()[0] or 'unknown'}): "
+              f"{' and '.join(KEEP_FREED_MEMORY)} would change nothing, so the comparison is skipped")
+    else:
+        code = ("import json; from rlgpu_helpers.bench.batch_size import fault_rates; "
+                f"print(json.dumps(fault_rates({network!r}, {list(batch_sizes)!r}, {repeats})))")
+        child = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
+                               env={**os.environ, **KEEP_FREED_MEMORY})
+        if child.returncode != 0:
+            raise RuntimeError(f"the child process with {KEEP_FREED_MEMORY} failed: {child.stderr.strip()[-500:]}")
+        runs["glibc keeping freed memory"] = [tuple(row) for row in json.loads(child.stdout.splitlines()[-1])]
+    label, records = machine_of("cpu", machine), []
+    for variant, rows in runs.items():
+        for batch, samples_per_s, spread, faults in rows:
+            params = {"batch_size": batch, "device": "cpu", "network": network}
+            records.append(Record(ALLOCATOR_NAME, variant, "throughput", samples_per_s, "samples/s", params, spread,
+                                  label))
+            if faults is not None:
+                records.append(Record(ALLOCATOR_NAME, variant, "page faults", faults, "per sample", params, None,
+                                      label))
+    return records
+
+
+def allocator_table(records: Sequence[Record]) -> Table:
+    """Per machine, allocator setting and batch: samples/s (± IQR) and page faults per sample."""
+    rates = sorted(select(records, name=ALLOCATOR_NAME, metric="throughput"),
+                   key=lambda r: (r.machine, r.params["network"], r.params["batch_size"], r.variant))
+    rows = []
+    for r in rates:
+        faults = next((o.value for o in select(records, name=ALLOCATOR_NAME, metric="page faults")
+                       if (o.machine, o.variant, o.params) == (r.machine, r.variant, r.params)), None)
+        rows.append([r.machine, r.params["network"], f"{r.params['batch_size']:,}", r.variant, format_number(r.value),
+                     format_number(r.spread or 0), "" if faults is None else format_number(faults)])
+    columns = ["machine", "network", "batch (samples)", "malloc", "throughput (samples/s)", "IQR (samples/s)",
+               "minor page faults per sample"]
+    return Table(columns, rows, [False, False, True, False, True, True, True])
 
 
 def _of(records, name: str, variant: str, metric: str, machine: str | None = None) -> list[Record]:

@@ -3,12 +3,17 @@
 A bigger batch keeps a GPU busier until its memory runs out. Two helpers answer "how much memory
 does one step take?" and "how big a batch fits?":
 
-* :func:`peak_memory` runs a call once and returns the most memory it held at any moment beyond
-  what was allocated before it. On a GPU that is ``torch.cuda.max_memory_allocated`` after
-  ``reset_peak_memory_stats`` (the caching allocator's own count; ``nvidia-smi`` shows more,
-  because the cache keeps freed blocks). On a CPU it is the profiler's memory accounting
+* :func:`peak_memory` runs a call twice, a warm-up and the measured call, and returns the most
+  memory the second held at any moment beyond what was allocated before it: the peak of a step
+  that repeats, as in training (the warm-up builds lazy state such as Adam's moments, and leaves
+  behind the gradients the next step frees). On a GPU that is ``torch.cuda.max_memory_allocated``
+  after ``reset_peak_memory_stats`` (the caching allocator's own count; ``nvidia-smi`` shows
+  more, because the cache keeps freed blocks). On a CPU it is the profiler's memory accounting
   (``profile_memory=True``): every allocation and free the CPU allocator reports while the call
-  runs, added up in time order; the peak of that running sum.
+  runs, added up in time order; the peak of that running sum. The CPU allocator reports the free
+  of a block only if the profiler saw it allocated, so there the warm-up is profiled too: without
+  it the step's free of the previous step's gradients would go uncounted (or be counted with a
+  stale size), and the peak would depend on what ran before.
 * :func:`find_max_batch_size` doubles the batch until a step runs out of memory, then bisects
   between the last batch that fit and the first that did not. Running out of memory is
   ``torch.OutOfMemoryError``, or a CUDA library's own allocation failure, which reaches Python as
@@ -17,6 +22,8 @@ does one step take?" and "how big a batch fits?":
   traceback still holds the failed step's tensors (pytorch/pytorch#18853).
   It returns the largest batch that fits, and that batch less a safety margin: memory
   fragments, and a step that fits once may not fit beside what the next iteration keeps.
+  :func:`check_largest_batch` gives a verdict on the same search written by hand (notebook 06's
+  exercise).
 
 A CPU has no out-of-memory error to find (the operating system swaps, or kills the process).
 There the search runs against an explicit **budget** (``budget_bytes``): a batch whose
@@ -82,12 +89,20 @@ def _check_callable(name: str, fn) -> None:
         raise TypeError(f"{name}={fn!r} must be callable")
 
 
+def _profiled_memory(fn: Callable[[], object]):
+    """The CPU profiler of one ``fn()`` call, with its memory accounting."""
+    with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return prof
+
+
 def peak_memory(fn: Callable[[], object], device: str | torch.device | None = None) -> int:
-    """Bytes ``fn()`` held at its peak beyond what was allocated when it started (see the module
-    docstring for how, on a GPU and on a CPU)."""
+    """Bytes a second ``fn()`` held at its peak beyond what was allocated when it started; the
+    first call is a warm-up (see the module docstring for why, and how on a GPU and on a CPU)."""
     _check_callable("fn", fn)
     device = get_device(device, param="device")
     if device.type == "cuda":
+        fn()
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -95,8 +110,8 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device | None = No
         synchronize(device)
         return max(0, torch.cuda.max_memory_allocated(device) - before)
 
-    with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
+    _profiled_memory(fn)  # the warm-up, profiled: the allocator now reports the frees of what it left
+    prof = _profiled_memory(fn)
     held = peak = 0
     for event in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
                         key=lambda e: e.start_ns()):
@@ -115,9 +130,10 @@ def release_memory(device: str | torch.device | None = None) -> None:
 
 def within_budget(step: Callable[[int], object], budget_bytes: int,
                   device: str | torch.device | None = None) -> Callable[[int], int]:
-    """``step`` under a memory budget: a call runs ``step(batch)`` through :func:`peak_memory` and
-    returns its peak in bytes, or raises ``torch.OutOfMemoryError`` when the peak exceeds
-    ``budget_bytes`` (a budget, not the device running out: the step did run)."""
+    """``step`` under a memory budget: a call runs ``step(batch)`` through :func:`peak_memory` (a
+    warm-up, then the measured step) and returns its peak in bytes, or raises
+    ``torch.OutOfMemoryError`` when the peak exceeds ``budget_bytes`` (a budget, not the device
+    running out: the step did run)."""
     _check_callable("step", step)
     budget_bytes = check_int("budget_bytes", budget_bytes)
     device = get_device(device, param="device")
@@ -214,3 +230,35 @@ def find_max_batch_size(step: Callable[[int], object], device: str | torch.devic
             trials.append((middle, fit))
             good, bad = (middle, bad) if fit else (good, middle)
     return BatchSearch(tuple(trials), margin, budget_bytes, max_batch)
+
+
+def check_largest_batch(search: Callable[[Callable[[int], object]], int | None],
+                        limits: tuple[int, ...] = (1, 412, 1000, 4096, 70_001)) -> str:
+    """A verdict on a search written by hand, ``search(step) -> the largest batch that fits``.
+
+    ``step(batch)`` raises ``torch.OutOfMemoryError`` above a limit known here, one per
+    ``limits``. Right means every limit found, trying no more batches than doubling from 1 and
+    then bisecting needs (:func:`find_max_batch_size`: 2 log2(limit) + 3 at most). A wrong answer
+    is a verdict, not an exception.
+    """
+    _check_callable("search", search)
+    limits = tuple(check_int(f"limits[{i}]", limit) for i, limit in enumerate(limits))
+    most = 0
+    for limit in limits:
+        tried = []
+
+        def step(batch: int, limit: int = limit, tried: list = tried) -> None:
+            tried.append(batch)
+            if batch > limit:
+                raise torch.OutOfMemoryError(f"batch {batch} is over the limit of {limit} (a test, not a real OOM)")
+        found = search(step)
+        if found != limit:
+            return (f"not yet: for a step that fits up to {limit:,} samples your search returned {found!r} "
+                    f"(after trying {len(tried)} batches)")
+        batches = len(set(tried))
+        if batches > 2 * math.log2(limit) + 3:
+            return (f"right answers, but slow: {batches} batches tried to find a limit of {limit:,} "
+                    f"(doubling, then bisecting, needs at most {2 * math.log2(limit) + 3:.0f})")
+        most = max(most, batches)
+    return (f"right: your search found all {len(limits)} limits (up to {max(limits):,}), trying at most {most} "
+            "batches for each")
