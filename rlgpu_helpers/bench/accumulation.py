@@ -318,11 +318,7 @@ def update_cost(device: str | torch.device | None = None, *, nets=tuple(NETS), b
             batches = {net: snake_batch(batch_size, NETS[net], device=device, seed=seed)}  # one net's batch at a time
         update = _update(net, batches[net], k, device, seed)
         update()  # Adam's state exists from here on: what the peak counts is the update's own memory
-        update()
-        # Measured twice, the second kept: on a CPU the profiler knows the size of a block only if it
-        # saw it allocated, so the first profiled update misses the free of the gradients it replaces.
-        peak_memory(update, device)
-        peak = peak_memory(update, device)
+        peak = peak_memory(update, device)  # after its own warm-up call (see peak_memory)
         timing = time_callable(update, warmup=1, repeats=pick(full=5, quick=2), device=device)
         params = {"accumulation_steps": k, "batch": batch_size, "device": device.type}
         records.append(Record(NAME, net, "peak memory", peak / _MIB, "MiB", params, None, machine))
