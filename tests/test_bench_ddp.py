@@ -3,10 +3,17 @@ scaling table against 1 process, and the multi-GPU claims judged only on GPU rec
 
 import pytest
 
-from rlgpu_helpers.measure.claims import CLAIMS
-from rlgpu_helpers.bench.ddp import NAME, claim_verdicts, measure_processes, proof_table, scaling_table
-from rlgpu_helpers.measure.records import Record
+from rlgpu_helpers.bench.ddp import (
+    NAME,
+    against_one_thread,
+    claim_verdicts,
+    measure_processes,
+    proof_table,
+    scaling_table,
+)
 from rlgpu_helpers.core.device import device_report, machine_label
+from rlgpu_helpers.measure.claims import CLAIMS
+from rlgpu_helpers.measure.records import Record
 
 LABEL = machine_label(device_report("cpu"))
 
@@ -54,3 +61,17 @@ def test_proof_table():
 @pytest.mark.parametrize("key", ["ddp-further-speedup", "ddp-diminishing-beyond-4"])
 def test_the_claims_are_notebook_10s(key):
     assert CLAIMS[key].lesson == "10" and CLAIMS[key].kind == "speedup"
+
+
+def test_against_one_thread_sets_every_cpu_point_beside_one_single_thread_process():
+    threads = [Record(NAME, "cpu, 2 threads per process", "env steps/s", 130.0, "steps/s",
+                      {"processes": 1, "envs_per_process": 8, "threads_per_process": 2, "device": "cpu",
+                       "backend": "gloo"}, 0.0, "m")]
+    lines = against_one_thread(record(1, 100.0, 10.0) + record(2, 150.0, 12.0) + threads
+                               + record(1, 999.0, 1.0, "cuda", "g"))
+    assert lines == ["cpu, 1 thread per process, 1 process: 100 env steps/s, 1.00x one single-thread process",
+                     ("cpu, 1 thread per process, 2 processes: 150 env steps/s, 1.50x one single-thread process "
+                      "(75% of linear)"),
+                     "cpu, 2 threads per process, 1 process: 130 env steps/s, 1.30x one single-thread process"]
+    with pytest.raises(ValueError, match="no 'env steps/s' of one single-thread CPU process"):
+        against_one_thread(record(2, 150.0, 12.0))

@@ -12,12 +12,16 @@ import torch
 import torch.distributed as dist
 
 from rlgpu_helpers.cli import main as cli_main
-from rlgpu_helpers.gpu.accumulate import accumulate_gradients, sync_last_micro_batch_only
+from rlgpu_helpers.gpu.accumulate import (
+    accumulate_gradients,
+    sync_last_micro_batch_only,
+)
 from rlgpu_helpers.gpu.distributed import (
     COMMAND,
     World,
     check_backend,
     check_data_parallel_settings,
+    check_global_mean_std,
     count_allreduces,
     launch,
     rank_device,
@@ -70,6 +74,9 @@ def test_two_gloo_ranks_give_the_one_process_gradient_and_no_sync_saves_all_redu
     assert ways["DDP, in one piece"]["allreduces"] == 1
     assert ways["DDP, 4 micro-batches"]["allreduces"] == 4
     assert ways["DDP, 4 micro-batches, no_sync"]["allreduces"] == 1
+    # PPO's own update path with accumulation_steps=4: DistributedPPO's no_sync, one all-reduce per step
+    assert result["update"] == {"accumulation_steps": 4, "optimizer_steps": 4 * 2, "allreduces_per_step": 1.0,
+                                "allreduces_per_step_without_no_sync": 4, "parameters_agree_after": True}
 
 
 def test_training_on_two_ranks_through_the_c10d_rendezvous_then_resuming_on_one(tmp_path):
@@ -100,6 +107,40 @@ def test_cli_train_nproc_2_runs_torchrun_and_nproc_0_is_refused(tmp_path, capsys
         with pytest.raises(SystemExit) as exit_info:
             cli_main(["train", *bad])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+NAIVE = """def advantage_stats(x):
+    return x.mean(), x.std()
+"""
+ONE_PASS = """import torch
+import torch.distributed as dist
+
+def advantage_stats(x):
+    stats = torch.stack([x.sum(), x.pow(2).sum(), torch.tensor(float(x.numel()), dtype=x.dtype)])
+    dist.all_reduce(stats)
+    total, squares, count = stats
+    mean = total / count
+    return mean, ((squares - count * mean**2) / (count - 1)).sqrt()
+"""
+
+
+def test_check_global_mean_std_runs_your_function_on_two_real_ranks(tmp_path):
+    """The notebook's exercise: the naive (per-rank) answer is caught, the all-reduced ones pass, errors are
+    reported rather than raised; the package's own ``global_mean_std`` passes the same check."""
+    files = {"naive": NAIVE, "one_pass": ONE_PASS, "raises": "def advantage_stats(x):\n    raise KeyError('oops')\n",
+             "package": "from rlgpu_helpers.gpu.distributed import global_mean_std as advantage_stats\n"}
+    verdicts = {}
+    for name, source in files.items():
+        (tmp_path / f"{name}.py").write_text(source)
+        verdicts[name] = check_global_mean_std(tmp_path / f"{name}.py", "advantage_stats", timeout_s=20)
+    assert verdicts["naive"].startswith("not yet: rank 0 got mean") and "rank 1 got" in verdicts["naive"]
+    assert verdicts["one_pass"].startswith("right: all 2 ranks got the mean")
+    assert verdicts["package"] == verdicts["one_pass"]
+    assert verdicts["raises"].startswith("not yet: a rank raised") and "KeyError: 'oops'" in verdicts["raises"]
+    with pytest.raises(FileNotFoundError, match="^path='nowhere.py' is not a file"):
+        check_global_mean_std("nowhere.py")
+    with pytest.raises(ValueError, match="^world_size=1"):
+        check_global_mean_std(tmp_path / "naive.py", world_size=1)
 
 
 # ---------------------------------------------------------------------------- failing clearly, never hanging

@@ -104,6 +104,25 @@ def scaling_table(records: Sequence[Record]) -> Table:
     return Table(columns, rows, [False, False, True, True, True, True, True, True])
 
 
+def against_one_thread(records: Sequence[Record]) -> list[str]:
+    """Each of this run's CPU points as env steps/s against one single-thread process, one line each.
+
+    Several single-thread processes also get their share of linear scaling (speedup / processes);
+    a process of several threads is set beside the same baseline, which it competes with.
+    """
+    rates = {(r.variant, r.params["processes"]): r.value for r in check_records(records)
+             if r.name == NAME and r.metric == "env steps/s" and r.params["device"] == "cpu"}
+    single = rates.get((_variant("cpu", 1), 1))
+    if single is None:
+        raise ValueError("records hold no 'env steps/s' of one single-thread CPU process, the baseline")
+    lines = []
+    for (variant, count), rate in sorted(rates.items()):
+        share = f" ({rate / single / count:.0%} of linear)" if variant == _variant("cpu", 1) and count > 1 else ""
+        lines.append(f"{variant}, {count} process{'es' if count > 1 else ''}: {rate:,.0f} env steps/s, "
+                     f"{rate / single:.2f}x one single-thread process{share}")
+    return lines
+
+
 def proof_table(result: dict) -> Table:
     """:func:`~rlgpu_helpers.learn.ppo_ddp.ddp_proof`'s result: one row per way of computing the gradient."""
     rows = [[way["way"], f"{way['relative_difference']:.2e}", f"{way['max_difference_between_ranks']:.1e}",

@@ -10,7 +10,9 @@ This module holds what any data-parallel learner needs, and nothing of PPO:
   ``cuda:LOCAL_RANK``) with a timeout, so a missing or mismatched rank fails with an error
   instead of hanging; :func:`check_same_settings` fails on every rank unless all got the same;
 - :func:`gather`, :func:`parameters_agree`, :func:`count_allreduces`: what the ranks hold, and how
-  many all-reduces DDP launched;
+  many all-reduces DDP launched; :func:`global_mean_std`: a statistic of every rank's data together
+  (PPO's advantage normalization), and :func:`check_global_mean_std`, which runs your own version
+  of it on real ranks and says whether it is right (notebook 10's exercise);
 - :func:`torchrun_command`, :func:`launch`, :func:`run_json`: start W ranks of
   ``python -m rlgpu_helpers rank ...`` (:data:`COMMAND`, the one command line's entry point for
   each rank), on one machine or several.
@@ -25,6 +27,7 @@ import contextlib
 import dataclasses
 import datetime
 import gc
+import importlib.util
 import json
 import os
 import shlex
@@ -36,7 +39,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.multiprocessing.spawn import ProcessException
 from torch.nn.parallel import DistributedDataParallel
 
 from ..core.checks import check_choice, check_int, check_number
@@ -169,6 +174,21 @@ def parameters_agree(model: torch.nn.Module) -> bool:
     return all(torch.equal(flat, other) for other in gather(flat))
 
 
+def global_mean_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and unbiased std of every rank's ``x`` together (two small all-reduces), on every rank.
+
+    Sum and count give the mean; then the sum of squared deviations from it gives the std, as
+    ``Tensor.std`` of the concatenation does. Two passes, not sum and sum of squares in one: with
+    a mean large against the spread, ``squares - count * mean**2`` cancels to rounding noise.
+    """
+    sums = torch.stack([x.sum(), x.new_full((), x.numel())])
+    dist.all_reduce(sums)
+    mean = sums[0] / sums[1]
+    squares = (x - mean).pow(2).sum()
+    dist.all_reduce(squares)
+    return mean, (squares / (sums[1] - 1)).sqrt()
+
+
 def check_data_parallel_settings(cuda_graphs: bool) -> None:
     """Refuse the ``PPOConfig`` launch settings that data-parallel PPO cannot run, before any rank starts."""
     if cuda_graphs:
@@ -259,3 +279,65 @@ def run_json(nproc: int, arguments, **kwargs) -> dict:
         path = Path(folder) / "result.json"
         launch(nproc, [*arguments, "--json", str(path)], **kwargs)
         return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------------------- checking your own all-reduce
+
+CHECK_ROWS = (5, 11, 8, 3)
+"""Rows of each rank's data in :func:`check_global_mean_std` (rank r: ``CHECK_ROWS[r % 4]``): unequal on purpose."""
+
+
+def _check_data(rank: int, dtype=torch.float64) -> torch.Tensor:
+    """Rank ``rank``'s seeded data for :func:`check_global_mean_std`: its own size, scale and offset."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    return (1 + rank) * torch.randn(CHECK_ROWS[rank % len(CHECK_ROWS)], generator=g, dtype=dtype) + 3 * rank
+
+
+def _check_rank(rank: int, world_size: int, folder: str, path: str, name: str, timeout_s: float) -> None:
+    """One spawned rank of :func:`check_global_mean_std`: join, run ``name`` from ``path``, write what it returned."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        spec = importlib.util.spec_from_file_location("yours", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        mean, std = getattr(module, name)(_check_data(rank))
+        Path(folder, f"rank{rank}.json").write_text(json.dumps([float(mean), float(std)]))
+    finally:
+        dist.destroy_process_group()
+
+
+def check_global_mean_std(path, name: str = "global_mean_std", *, world_size: int = 2,
+                          timeout_s: float = 30.0) -> str:
+    """Run your ``name(x)`` from the file ``path`` on ``world_size`` real gloo ranks, and say whether it is right.
+
+    Every rank gets its own seeded ``x`` (:data:`CHECK_ROWS`: unequal sizes, scales and offsets,
+    so a mean of the ranks' means, or a std around each rank's own mean, is caught), and must
+    return the mean and unbiased std of all ranks' ``x`` together, as one process computes them
+    on the concatenation. Returns the verdict as a sentence: a wrong answer, an error or a rank
+    left waiting (after ``timeout_s``) is reported, not raised, so a notebook runs on.
+    """
+    world_size = check_int("world_size", world_size, 2)
+    timeout_s = check_number("timeout_s", timeout_s, above=0)
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"path={str(path)!r} is not a file: write your function there first")
+    everything = torch.cat([_check_data(rank) for rank in range(world_size)])
+    expected = (float(everything.mean()), float(everything.std()))
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            mp.spawn(_check_rank, args=(world_size, folder, str(path.resolve()), name, timeout_s),
+                     nprocs=world_size, join=True)
+        except ProcessException as error:  # a rank's exception, as text: a wrong answer is no crash here
+            last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            return (f"not yet: a rank raised, or waited for a collective another rank never called "
+                    f"({last[:160]})")
+        got = [tuple(json.loads(Path(folder, f"rank{rank}.json").read_text())) for rank in range(world_size)]
+    wrong = [f"rank {rank} got mean {mean:.4f}, std {std:.4f}" for rank, (mean, std) in enumerate(got)
+             if not all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip((mean, std), expected))]
+    if wrong:
+        return (f"not yet: {'; '.join(wrong)}; all {everything.numel()} values together have mean "
+                f"{expected[0]:.4f}, std {expected[1]:.4f}")
+    return (f"right: all {world_size} ranks got the mean ({expected[0]:.4f}) and std ({expected[1]:.4f}) "
+            f"of the {everything.numel()} values of every rank together")

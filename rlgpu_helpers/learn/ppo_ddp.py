@@ -43,6 +43,7 @@ from ..gpu.distributed import (
     check_data_parallel_settings,
     count_allreduces,
     gather,
+    global_mean_std,
     parameters_agree,
     run_json,
 )
@@ -103,17 +104,8 @@ class DistributedPPO(PPO):
         return total / self.world_size
 
     def _advantage_stats(self, advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and unbiased std of every rank's minibatch advantages together (two small all-reduces).
-
-        Sum and count give the mean; the sum of squared deviations from it gives the std, as
-        ``Tensor.std`` of the concatenation does (two passes: no cancellation between large sums).
-        """
-        sums = torch.stack([advantages.sum(), advantages.new_full((), advantages.numel())])
-        dist.all_reduce(sums)
-        mean = sums[0] / sums[1]
-        squares = (advantages - mean).pow(2).sum()
-        dist.all_reduce(squares)
-        return mean, (squares / (sums[1] - 1)).sqrt()
+        """Mean and unbiased std of every rank's minibatch advantages together (``global_mean_std``)."""
+        return global_mean_std(advantages)
 
     def state_dict(self) -> dict:
         """As ``PPO``'s, with the bare network's keys: the same checkpoint as a one-process run's."""
@@ -196,12 +188,17 @@ def gradient_check(accumulation_steps: int = 4, **config) -> dict | None:
     concatenated minibatch (advantages normalized over all of it). Returns, on rank 0, for each
     way: the relative difference to that gradient (max |difference| / max |gradient|), the
     largest difference between ranks, and the all-reduce count; None on the other ranks.
+
+    Then the learner's own update path (``config.accumulation_steps = accumulation_steps``): the
+    all-reduces of one ``DistributedPPO.update`` per optimizer step (its ``no_sync``: 1), against
+    one step of ``PPO.minibatch_update`` run on the DDP model without it (``accumulation_steps``),
+    and whether the ranks' parameters still agree after both.
     """
     steps = check_int("accumulation_steps", accumulation_steps)
     settings = {**PROOF_SETTINGS, **config}
     rank, world_size = dist.get_rank(), dist.get_world_size()
     mine = ppo_with_rollout(torch.float64, **{**settings, "seed": settings["seed"] + rank})
-    learner = DistributedPPO(PPOConfig(**settings), dtype=torch.float64)
+    learner = DistributedPPO(PPOConfig(**{**settings, "accumulation_steps": steps}), dtype=torch.float64)
     for name in ROLLOUT:
         setattr(learner, name, getattr(mine, name))
     counter = count_allreduces(learner.model)
@@ -222,6 +219,15 @@ def gradient_check(accumulation_steps: int = 4, **config) -> dict | None:
     rollouts = {name: gather(getattr(mine, name)) for name in ROLLOUT}
     indices = gather(idx)
     spread = {way: max(float((g - other).abs().max()) for other in gather(g)) for way, g in gradients.items()}
+    before = counter.calls
+    learner.update()  # PPO's update path: every minibatch through DistributedPPO.minibatch_update
+    optimizer_steps = c.update_epochs * c.num_minibatches
+    update = {"accumulation_steps": steps, "optimizer_steps": optimizer_steps,
+              "allreduces_per_step": (counter.calls - before) / optimizer_steps}
+    before = counter.calls
+    PPO.minibatch_update(learner, idx)  # the same step without DistributedPPO's no_sync
+    update["allreduces_per_step_without_no_sync"] = counter.calls - before
+    update["parameters_agree_after"] = parameters_agree(learner.model)
     if rank:
         return None
     # One process, every rank's rollout side by side: rank r's game n is game r * num_envs + n.
@@ -235,6 +241,7 @@ def gradient_check(accumulation_steps: int = 4, **config) -> dict | None:
     return {
         "world_size": world_size, "backend": dist.get_backend(), "minibatch_per_rank": int(idx.numel()),
         "minibatch": int(whole.numel()), "accumulation_steps": steps, "parameters_agree_at_start": same_start,
+        "update": update,
         "ways": [{"way": way, "micro_batches": ways[way][0], "no_sync": ways[way][1],
                   "relative_difference": float((g - reference).abs().max()) / scale,
                   "max_difference_between_ranks": spread[way], "allreduces": counts[way]}
