@@ -11,6 +11,5 @@ These modules know nothing of PPO or of benchmark suites: the learners that use 
 - ``accumulate``: one optimizer step over K micro-batches, and the proof it equals the full batch (07).
 - ``precision``: the precision policy (bf16, fp16 + GradScaler, TF32, fp32), autocast, TF32 in one place (08).
 - ``graphs``: ``torch.compile`` with its graph breaks, hand-captured CUDA graphs, graph-safe Adam (09).
-- ``distributed``: the world torchrun describes, the process group, all-reduce counting, the
-  statistics of a batch split over ranks (``global_mean_std``) and its checker, launching (10).
+- ``distributed``: the process group, all-reduce counting, a split batch's statistics (10).
 """
