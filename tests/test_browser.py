@@ -206,7 +206,8 @@ def opened(page, path: Path):
 
 
 # Per cell, what the student sees: the text of each output, the images that did not load (their src,
-# cut short) and the URLs of elements that load something from another host.
+# cut short), the URLs of elements that load something from another host, and the collapsed blocks
+# (<details> with a <summary>, the exercises' solutions) its Markdown renders.
 INSPECT = """() => {
     const panel = window.jupyterapp.shell.currentWidget;
     const loads = "[src], link[href], object[data]";
@@ -217,6 +218,8 @@ INSPECT = """() => {
         broken: [...cell.node.querySelectorAll("img")].filter(img => img.naturalWidth === 0).map(
             img => (img.getAttribute("src") || "").slice(0, 60)),
         external: [...cell.node.querySelectorAll(loads)].map(el => el.src || el.href || el.data).filter(external),
+        solutions: cell.model.type !== "markdown" ? 0 : cell.node.querySelectorAll(
+            ".jp-RenderedMarkdown details > summary").length,
     }));
 }"""
 
@@ -258,10 +261,13 @@ def stored_problems(notebook) -> list[tuple[int, str]]:
     return problems
 
 
-def rendered_problems(cells) -> list[tuple[int, str]]:
+def rendered_problems(cells, notebook) -> list[tuple[int, str]]:
     """(cell index, problem) for what is wrong in the rendered cells (INSPECT's findings)."""
     problems = []
     for index, cell in enumerate(cells):
+        written = notebook.cells[index].source.count("<details>") if notebook.cells[index].cell_type == "markdown" else 0
+        if cell["solutions"] != written:
+            problems.append((index, f"{written} collapsed <details> blocks written, {cell['solutions']} rendered"))
         problems += [(index, f"broken image: <img src={src!r}...> did not load" if src else
                       "broken image: an <img> without src") for src in cell["broken"]]
         problems += [(index, f"an element loads {url} from the internet (fails offline)") for url in cell["external"]]
@@ -279,7 +285,8 @@ def rendered_problems(cells) -> list[tuple[int, str]]:
 @pytest.mark.browser
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_a_student_sees_every_stored_output_intact(page, notebooks, path):
-    """Images load, widgets and progress bars show their final state, nothing comes from the internet.
+    """Images load, widgets and progress bars show their final state, nothing comes from the internet,
+    and each exercise's collapsed solution renders as a <details> block (the sanitizer keeps it).
 
     A progress bar in the stored outputs belongs to a loop that finished (stored outputs come from a
     run in which no cell raised, see test_notebooks.py), so one that shows 0 done is stale.
@@ -298,7 +305,7 @@ def test_a_student_sees_every_stored_output_intact(page, notebooks, path):
         page.remove_listener("request", record)
     assert len(cells) == len(notebook.cells), f"{path.name}: JupyterLab shows {len(cells)} cells"
     problems = [f"{cell_name(path, notebook, index)}: {problem}"
-                for index, problem in sorted(stored_problems(notebook) + rendered_problems(cells))]
+                for index, problem in sorted(stored_problems(notebook) + rendered_problems(cells, notebook))]
     lab_host = urlsplit(page.url).netloc
     problems += [f"{path.name}: the browser requested {url} (fails offline)" for url in requested
                  if urlsplit(url).scheme in ("http", "https") and urlsplit(url).netloc != lab_host]

@@ -143,3 +143,45 @@ def test_notebooks_choose_devices_through_the_helper(path):
     for cell in code_cells(path):
         assert ".cuda()" not in cell.source
         assert "RLGPU_QUICK" not in cell.source  # sizes come from config.pick
+
+
+# Issue 20: each GPU lesson writes its technique out in its own code cells (not only inside a helper),
+# one entry per call a student will type in their own project; any of a tuple's spellings will do.
+TECHNIQUE_ON_THE_PAGE = {
+    "04": ["torch.cuda.set_sync_debug_mode", "torch.where"],
+    "05": ["pin_memory", "non_blocking=True", "wait_stream", "record_stream"],
+    "06": ["torch.cuda.OutOfMemoryError", "reset_peak_memory_stats", "max_memory_allocated"],
+    "07": [".backward(", "torch.float64"],
+    "08": ["torch.autocast", "GradScaler", "unscale_", "clip_grad_norm_",
+           ("allow_tf32", "set_float32_matmul_precision")],
+    "09": ["torch.compile", "torch.cuda.graph", ".replay()", ".copy_("],
+    "10": ["init_process_group", "DistributedDataParallel", "all_reduce", "no_sync"],
+    "11": [("torch.clamp", ".clamp("), ("torch.exp", ".exp()"), "gamma", "lam"],
+}
+GPU_LESSONS = [path for path in NOTEBOOKS if path.name[:2] in TECHNIQUE_ON_THE_PAGE]
+
+
+@pytest.mark.parametrize("path", GPU_LESSONS, ids=[path.name for path in GPU_LESSONS])
+def test_gpu_lessons_write_their_technique_out_in_code_cells(path):
+    code = "\n".join(cell.source for cell in code_cells(path))
+    missing = [call for call in TECHNIQUE_ON_THE_PAGE[path.name[:2]]
+               if not any(spelling in code for spelling in ((call,) if isinstance(call, str) else call))]
+    assert not missing, f"{path.name}'s code cells never write {missing}"
+
+
+@pytest.mark.parametrize("path", GPU_LESSONS, ids=[path.name for path in GPU_LESSONS])
+def test_nbval_compares_most_cells_of_the_gpu_lessons(path):
+    """At most 60% of the code cells may skip nbval's comparison: the by-hand cells are seeded and compared."""
+    cells = code_cells(path)
+    ignored = sum(cell.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT") for cell in cells)
+    assert ignored <= 0.6 * len(cells), f"{path.name}: {ignored} of {len(cells)} code cells ignore their output"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_every_exercise_has_a_collapsed_solution(path):
+    markdown = [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "markdown"]
+    exercises = [source for source in markdown if re.search(r"^#+ .*exercise", source, re.IGNORECASE | re.MULTILINE)]
+    assert exercises, f"{path.name} has no exercises section"
+    solutions = sum(source.count("<details>") for source in markdown)
+    assert solutions >= 1 and all(source.count("<details>") == source.count("</details>") for source in markdown)
+    assert "write it yourself" in "\n".join(markdown).lower(), f"{path.name} has no 'write it yourself' task"
