@@ -241,3 +241,80 @@ def test_every_buffer_closes_the_same_way(kind):
     buffer.add(**transitions(0, 3))
     buffer.close()
     assert buffer.closed if kind == "memmap" else len(buffer) == 3  # in memory: nothing to release
+
+
+BAD_ROWS = [
+    ("obs", lambda t: t["obs"].index_fill_(0, torch.tensor([1]), float("nan")), "obs that are not finite"),
+    ("next_obs", lambda t: t["next_obs"].index_fill_(0, torch.tensor([1]), float("inf")),
+     "next_obs that are not finite"),
+    ("rewards", lambda t: t["rewards"].index_fill_(0, torch.tensor([1]), float("nan")), "a reward that is not finite"),
+    ("terminated", lambda t: t.update(terminated=torch.tensor([0.0, 0.5, 1.0])), "terminated that is not 0 or 1"),
+    ("actions", lambda t: t["actions"].index_fill_(0, torch.tensor([1]), -4), r"action -4 \(must be in \[0, 2\]\)"),
+    ("actions", lambda t: t["actions"].index_fill_(0, torch.tensor([1]), 3), r"action 3 \(must be in \[0, 2\]\)"),
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("field, spoil, message", BAD_ROWS)
+def test_add_and_load_state_dict_refuse_the_same_transitions(kind, field, spoil, message):
+    buffer = make_buffer(kind, 4, (2,), num_actions=3)
+    buffer.add(**transitions(10, 2))
+    before = snapshot(buffer)
+    bad = transitions(0, 3)
+    spoil(bad)
+    with pytest.raises(ValueError, match=f"row 1 of this add holds {message}"):
+        buffer.add(**bad)
+    assert_unchanged(buffer, before)  # checked before anything was written
+    state = {**{name: bad[name] for name in FIELDS}, "size": 3}
+    with pytest.raises(ValueError, match=rf"state\[{field!r}\]"):
+        buffer.load_state_dict(state)
+    assert_unchanged(buffer, before)
+    buffer.add(**transitions(0, 3))  # and it goes on
+    fresh = make_buffer(kind, 4, (2,), num_actions=3)
+    fresh.load_state_dict(buffer.state_dict())  # what add accepted, a state loads
+    assert snapshot(fresh)[1]["rewards"].tolist() == snapshot(buffer)[1]["rewards"].tolist()
+
+
+def test_without_num_actions_any_action_from_0_up_is_valid():
+    buffer = make_buffer("tensor", 4, (2,))
+    buffer.add(**{**transitions(0, 2), "actions": torch.tensor([0, 7])})
+    with pytest.raises(ValueError, match=r"row 0 of this add holds action -1 \(must be >= 0\)"):
+        buffer.add(**{**transitions(0, 2), "actions": torch.tensor([-1, 0])})
+    assert buffer.state_dict()["actions"].tolist() == [0, 7]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_capacity_that_cannot_fit_is_refused_naming_the_bytes(kind):
+    where = "disk space" if kind == "memmap" else "memory"
+    with pytest.raises(ValueError, match=rf"capacity=10000000000000 needs 1,0[48]0,000,000,000,000 bytes .* of "
+                                         rf".*{where}.*, but [\d,]+ bytes .* are available"):
+        make_buffer(kind, 10**13, (11,))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["tensor", "prioritized", "pinned", "host"])
+def test_on_a_gpu_add_checks_later_and_a_bad_state_is_never_saved(kind):
+    buffer = make_buffer(kind, 64, (2,), "cuda", num_actions=3)
+    good = {name: value.cuda() for name, value in transitions(0, 8).items()}
+    buffer.add(**good)
+    bad = {name: value.clone() for name, value in good.items()}
+    bad["terminated"][5] = 0.5
+    assert audit_syncs(lambda: buffer.add(**bad), "cuda").total == 0  # no wait in add
+    with pytest.raises(ValueError, match="row 5 of the add .* holds terminated that is not 0 or 1"):
+        buffer.state_dict()  # waits for the check: a checkpoint never holds the bad row
+    for call in (buffer.state_dict, lambda: buffer.sample(4), lambda: buffer.add(**good)):
+        with pytest.raises(ValueError, match="this buffer holds a bad transition"):
+            call()
+    clean = make_buffer(kind, 64, (2,), "cuda", num_actions=3)
+    clean.add(**good)
+    buffer.load_state_dict(clean.state_dict())  # a state replaces the bad row
+    assert len(buffer.sample(4)["rewards"]) == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_transitions_are_the_rows_of_the_state(kind):
+    buffer = make_buffer(kind, 4, (2,))
+    buffer.add(**transitions(0, 3))
+    buffer.add(**transitions(3, 3))  # wrapped
+    rows, state = buffer.transitions(), buffer.state_dict()
+    assert set(rows) == set(FIELDS) and all(torch.equal(rows[name], state[name]) for name in FIELDS)

@@ -5,7 +5,8 @@ Introduced in notebook 00.
 Notebooks never call ``.cuda()``: they ask :func:`get_device` for the best device available, so
 the same notebook runs on a laptop CPU, a Mac and a Colab GPU. :func:`device_report` describes
 the machine so every benchmark result can say where it was measured, and :func:`synchronize`
-waits for queued GPU work, because GPU calls return before the work is done.
+waits for queued GPU work, because GPU calls return before the work is done. :func:`check_fits`
+refuses a size that cannot fit in :func:`available_memory` before anything is allocated.
 """
 
 import ctypes
@@ -19,6 +20,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 
 _DEVICE_TYPES = ("cpu", "cuda", "mps")
@@ -80,6 +82,27 @@ def synchronize(device: str | torch.device | None = None) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def available_memory(device: str | torch.device | None = None) -> int:
+    """Bytes that new tensors on ``device`` can take now: on CUDA the free memory plus the caching
+    allocator's idle blocks, elsewhere the host RAM the OS can give without swapping (psutil)."""
+    device = get_device(device, param="device")
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    return int(psutil.virtual_memory().available)
+
+
+def check_fits(name: str, value, needed: int, available: int, where: str) -> None:
+    """Refuse, before allocating, a ``value`` of ``name`` that needs more bytes than ``where`` has.
+
+    An allocator's own failure comes late, as a traceback deep inside (or, for a CPU, as swapping
+    and the OS killing the process); this says which setting asked for how much.
+    """
+    if needed > available:
+        raise ValueError(f"{name}={value!r} needs {needed:,} bytes ({needed / _GIB:,.1f} GiB) of {where}, "
+                         f"but {available:,} bytes ({available / _GIB:,.1f} GiB) are available")
 
 
 def native_half_dtypes(device: str | torch.device | None = None) -> tuple[torch.dtype, ...]:

@@ -37,8 +37,9 @@ def make_buffer(kind: str, capacity: int, obs_shape, device: str | torch.device 
                 **options) -> ReplayBuffer:
     """A new buffer of ``kind`` (one of :data:`KINDS`) delivering samples to ``device``.
 
-    ``options`` go to the buffer's constructor: ``alpha`` and ``beta`` for ``"prioritized"``,
-    ``path`` for ``"memmap"``.
+    ``options`` go to the buffer's constructor: ``num_actions`` for any (then ``add`` and
+    ``load_state_dict`` refuse actions outside ``0..num_actions-1``), ``alpha`` and ``beta`` for
+    ``"prioritized"``, ``path`` for ``"memmap"``.
     """
     check_choice("kind", kind, tuple(KINDS))
     if kind == "host":

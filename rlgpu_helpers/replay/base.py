@@ -9,9 +9,12 @@ and answers the same calls, so a learner or a benchmark can swap one for another
   five fields, plus ``"indices"`` (where each row was stored, for :meth:`ReplayBuffer.gather`
   and ``update_priorities``), drawn uniformly with replacement;
 - ``gather(indices)``: the transitions stored at ``indices``, as ``sample`` returns them;
+- ``transitions()``: the stored transitions, oldest first, as tensors on the host or ``device``
+  where they are stored;
 - ``state_dict()`` / ``load_state_dict(state)``: the stored transitions, oldest first, and
   their count. The state does not depend on the kind of buffer, so any buffer can load the
-  state of any other (of the same observation shape, with room for it);
+  state of any other (of the same observation shape, with room for it); only a memmap buffer in
+  a folder you named records a reference to its files instead (see ``replay.memmap``);
 - ``len(buffer)``: transitions stored; ``memory_bytes()``: the bytes the storage takes, by place;
 - ``close()``: release what the storage holds outside Python's memory (the memmap buffer's files);
   a no-op for the others, so a caller closes any buffer the same way.
@@ -27,18 +30,30 @@ is on a GPU. Indices are drawn on the storage device, so a ``generator`` must li
 Bad input is refused before anything is written, with an error that names the parameter and
 the value: ``TypeError`` for a wrong type (a list where a tensor belongs, float actions),
 ``ValueError`` for a wrong value (a shape, a size out of range, a generator on another device).
-The checks of ``add`` and ``sample`` read shapes and dtypes only, never a tensor's values, so
-they cost no host-device synchronization; ``load_state_dict`` and ``gather`` also check values
-(finite observations, indices in range), which waits for the device once: they are not meant
-for a hot loop.
+A capacity whose storage cannot fit where it lives is refused before anything is allocated,
+naming the bytes needed and the bytes available.
+
+``add`` and ``load_state_dict`` accept the same transitions: finite observations and rewards,
+``terminated`` 0 or 1, actions >= 0 (and below ``num_actions`` where the buffer is given it),
+so every state a buffer holds can be loaded again (a checkpoint that cannot be resumed is lost
+work). ``load_state_dict`` and ``gather`` check values on the host, which waits for the device
+once: they are not meant for a hot loop. ``add`` must not wait, so it checks values where they
+are: transitions in host memory at once, before anything is written; transitions on a GPU on
+the GPU (``gpu.sync.DeferredCheck``), and the ``ValueError`` naming the row and the field comes
+from a later call (``add``, ``sample``, ``gather``), at the latest from ``state_dict``, which
+waits for the check. From then on the buffer refuses to be sampled or saved until a state is
+loaded into it, since it holds the bad transition.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..core.checks import check_int, check_ints
-from ..core.device import get_device
+from ..core.device import available_memory, check_fits, get_device, synchronize
+from ..gpu.sync import DeferredCheck
 
 FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
 """What a transition holds, in the order ``add`` takes it."""
@@ -47,6 +62,9 @@ DTYPES = {"obs": torch.float32, "actions": torch.int64, "rewards": torch.float32
 """How each field is stored and delivered. ``terminated`` is stored rather than "done": a game
 cut off by the step limit (truncated) still bootstraps from ``next_obs``, its real last
 observation."""
+_BAD = ("obs that are not finite", "next_obs that are not finite", "a reward that is not finite",
+        "terminated that is not 0 or 1", "action {}")
+"""What a row of ``add`` can get wrong, bit by bit of the code its value check records."""
 
 
 def ring_slices(pos: int, count: int, capacity: int) -> list[tuple[slice, slice]]:
@@ -57,6 +75,15 @@ def ring_slices(pos: int, count: int, capacity: int) -> list[tuple[slice, slice]
     if count > first:
         pieces.append((slice(0, count - first), slice(first, count)))
     return pieces
+
+
+def _describe_bad_row(num_actions: int | None, index: int, value: int, calls_ago: int) -> str:
+    """The error of ``add``'s value check: which row, and what is wrong with it (``_BAD``)."""
+    code, action = value & 0xFF, value >> 8
+    allowed = ">= 0" if num_actions is None else f"in [0, {num_actions - 1}]"
+    what = [text.format(f"{action} (must be {allowed})") for bit, text in enumerate(_BAD) if code >> bit & 1]
+    when = "this add" if calls_ago == 0 else f"the add {calls_ago} call(s) before this one"
+    return f"row {index} of {when} holds {' and '.join(what)}"
 
 
 class ReplayBuffer:
@@ -70,12 +97,26 @@ class ReplayBuffer:
     """
 
     def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu",
-                 storage_device: str | torch.device | None = None):
+                 storage_device: str | torch.device | None = None, *, num_actions: int | None = None):
         self.capacity = check_int("capacity", capacity)
         self.obs_shape = check_ints("obs_shape", obs_shape)
         self.device = get_device(device, param="device")
         self.storage_device = (self.device if storage_device is None
                                else get_device(storage_device, param="storage_device"))
+        self.num_actions = None if num_actions is None else check_int("num_actions", num_actions)
+        available, where = self._room()
+        check_fits("capacity", self.capacity, self.capacity * self.row_bytes(), available, where)
+        self._value_checks: dict[torch.device, DeferredCheck] = {}
+        self._make_value_checks()
+        self._invalid: str | None = None  # why the buffer holds a bad transition, once known
+
+    def row_bytes(self) -> int:
+        """Bytes one stored transition takes (the deque's Python objects take more)."""
+        return sum(DTYPES[name].itemsize * int(torch.Size(self.field_shape(name)).numel()) for name in FIELDS)
+
+    def _room(self) -> tuple[int, str]:
+        """Bytes the storage can take, and where it lives (for the capacity's error)."""
+        return available_memory(self.storage_device), f"{self.storage_device} memory"
 
     def field_shape(self, name: str) -> tuple[int, ...]:
         """The shape of one row of field ``name``."""
@@ -94,6 +135,9 @@ class ReplayBuffer:
         if count > self.capacity:
             raise ValueError(f"obs has {count} rows: a batch of {count} transitions does not fit "
                              f"in capacity {self.capacity}")
+        self._raise_if_invalid()
+        if count:
+            self._check_values(fields)
         self._store(fields, count)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict:
@@ -104,6 +148,7 @@ class ReplayBuffer:
         ``storage_device``.
         """
         batch_size = self._check_sample(batch_size, generator)
+        self._raise_if_invalid()
         indices, extra = self._draw(batch_size, generator)
         return self._deliver({**self._gather(indices), "indices": indices, **extra})
 
@@ -117,6 +162,7 @@ class ReplayBuffer:
             raise TypeError(f"indices must be a torch.Tensor, not {type(indices).__name__}")
         if indices.dim() != 1 or indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
             raise TypeError(f"indices must be a 1-d integer tensor, not {indices.dtype} of shape {tuple(indices.shape)}")
+        self._raise_if_invalid()
         indices = indices.to(self.storage_device, torch.int64)
         outside = (indices < 0) | (indices >= self.size)
         if bool(outside.any()):
@@ -125,9 +171,20 @@ class ReplayBuffer:
                              f"the buffer holds {self.size} transitions")
         return self._deliver(self._gather(indices))
 
+    def transitions(self) -> dict:
+        """The stored transitions (copies), oldest first, one tensor per field (in RAM, even for
+        a memmap buffer).
+
+        Waits for the value checks of every ``add`` first: a bad transition is never returned,
+        so a checkpoint made from them can always be loaded.
+        """
+        self._settle_checks()
+        return self._rows()
+
     def state_dict(self) -> dict:
-        """The stored transitions (copies), oldest first, and their count ``size``."""
-        return {**self._rows(), "size": self.size}
+        """The :meth:`transitions` and their count ``size`` (a memmap buffer in a folder you named
+        refers to its files instead)."""
+        return {**self.transitions(), "size": self.size}
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the contents with those of ``state_dict()`` of any buffer of the same obs shape.
@@ -136,6 +193,8 @@ class ReplayBuffer:
         as it was.
         """
         self._put_state(self._checked_state(state))
+        self._invalid = None  # a bad transition, stored or on its way to be noted, has been replaced
+        self._make_value_checks()
 
     # -- checks shared by every buffer ---------------------------------------------------------
 
@@ -159,6 +218,57 @@ class ReplayBuffer:
                 raise TypeError(f"{label.format(name)} must be an integer tensor, not {value.dtype}")
         return fields
 
+    def _check_values(self, fields: dict) -> None:
+        """Check every row's values on the device that holds them, without waiting for it.
+
+        One code per row, a bit per thing wrong (:data:`_BAD`), the action in the higher bits so
+        that the error can name it. Transitions in host memory are checked at once (the note is
+        on the host), so nothing bad is written; on a GPU the note arrives later.
+        """
+        device = fields["obs"].device
+        if device not in self._value_checks:  # transitions from neither of the buffer's devices
+            self._value_checks[device] = self._value_check(device)
+        rows = fields["obs"].shape[0]
+        wrong = [~fields[name].to(torch.float32).isfinite().view(rows, -1).all(1) for name in ("obs", "next_obs")]
+        wrong.append(~fields["rewards"].to(torch.float32).isfinite())
+        terminated = fields["terminated"]
+        wrong.append((terminated != 0) & (terminated != 1))
+        actions = fields["actions"].to(torch.int64)
+        wrong.append((actions < 0) if self.num_actions is None else (actions < 0) | (actions >= self.num_actions))
+        code = sum(bad.to(torch.int64) << bit for bit, bad in enumerate(wrong))
+        self._value_checks[device].record(code != 0, code + (actions.clamp(-2**40, 2**40) << 8))
+        if device.type != "cuda":  # the note is on the host now: raise before anything is written
+            self._value_checks[device].raise_if_failed()
+
+    def _make_value_checks(self) -> None:
+        """The checks of transitions from the learner's and the storage's device, made up front:
+        making one allocates (pinned host memory on a GPU), which has no place in ``add``."""
+        devices = dict.fromkeys((self.device, self.storage_device))
+        self._value_checks = {device: self._value_check(device) for device in devices}
+
+    def _value_check(self, device: torch.device) -> DeferredCheck:
+        # A function of num_actions, not a bound method: a cycle through the buffer would keep a
+        # dropped memmap buffer (and the lock on its folder) alive until the garbage collector runs.
+        return DeferredCheck(device, functools.partial(_describe_bad_row, self.num_actions))
+
+    def _settle_checks(self) -> None:
+        """Wait for the value checks of every ``add`` to reach the host, and raise if one failed."""
+        for device in self._value_checks:
+            synchronize(device)
+        self._raise_if_invalid()
+
+    def _raise_if_invalid(self) -> None:
+        """Raise if an earlier ``add`` stored a bad transition (once the GPU's note has reached the host)."""
+        for check in self._value_checks.values():
+            try:
+                check.raise_if_failed()
+            except ValueError as error:
+                self._invalid = str(error)
+                raise
+        if self._invalid is not None:
+            raise ValueError(f"this buffer holds a bad transition ({self._invalid}): load a state into it "
+                             "or make a new one")
+
     def _check_sample(self, batch_size, generator) -> int:
         batch_size = check_int("batch_size", batch_size, 1)
         if generator is not None:
@@ -175,6 +285,9 @@ class ReplayBuffer:
         """``state`` checked and converted to the stored dtypes (on the CPU), or an error."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict from a replay buffer's state_dict(), not {type(state).__name__}")
+        if "memmap" in state:
+            raise ValueError(f"state refers to the files of the memmap buffer in {state['memmap']!r}: only a "
+                             "MemmapReplayBuffer on that folder can load it")
         missing = [name for name in (*FIELDS, "size") if name not in state]
         if missing:
             raise ValueError(f"state is missing {missing}: not a replay buffer's state_dict")
@@ -186,6 +299,12 @@ class ReplayBuffer:
                 raise ValueError(f"state[{name!r}] holds values that are not finite")
         if not bool(((fields["terminated"] == 0) | (fields["terminated"] == 1)).all()):
             raise ValueError("state['terminated'] must hold only 0 and 1")
+        actions = fields["actions"]
+        bad = (actions < 0) if self.num_actions is None else (actions < 0) | (actions >= self.num_actions)
+        if bool(bad.any()):
+            first = int(bad.to(torch.uint8).argmax())
+            allowed = ">= 0" if self.num_actions is None else f"in [0, {self.num_actions - 1}]"
+            raise ValueError(f"state['actions'][{first}]={int(actions[first])} must be {allowed}")
         return {"fields": fields, "size": size}
 
     def _put_state(self, checked: dict) -> None:

@@ -3,32 +3,60 @@
 Introduced in notebook 05.
 
 ``MemmapReplayBuffer`` is a ``TensorReplayBuffer`` whose tensors are views of files in a folder
-(NumPy memmaps wrapped by ``torch.from_numpy``): one file per field, ``capacity`` rows each, and
-a small JSON header. The operating system pages rows in and out on demand, so:
+(NumPy memmaps wrapped by ``torch.from_numpy``): one file per field, ``capacity`` rows each, a
+small JSON header and a count. The operating system pages rows in and out on demand, so:
 
 - the capacity may exceed the machine's RAM: the files are created sparse (no disk blocks until
-  a row is written), and only the rows in use need memory, as page cache the OS can drop;
+  a row is written), and only the rows in use need memory, as page cache the OS can drop. The
+  disk must hold them once written: a capacity the disk has no room for is refused up front
+  (writing a mapped page on a full disk kills the process with SIGBUS);
 - the contents outlive the process: ``MemmapReplayBuffer.open(path)`` (or the constructor with
   the same ``path``, capacity and shape) maps the same files again, with the same transitions.
 
-What reopening finds is what :meth:`MemmapReplayBuffer.flush` last saved: ``flush`` writes the
-mapped rows to disk, then the header (format, capacity, observation shape, dtypes, write
-position, size) atomically (``core.files.atomic_write``). ``close`` flushes and unmaps; a
-buffer is also a context manager. After a crash the folder reopens with the header of the last
-flush, and the rows written since are newer transitions in slots the header already counted,
-or beyond its size (unused).
+Transitions are committed whole, so a process killed at any moment (Ctrl-C, a preempted
+machine) leaves no torn row, the observation of one transition with the action of another,
+among the rows it counts. The count is one int64 in the mapped file ``count.bin``: every
+transition ever added, which gives the write position and the size. ``add`` writes the rows
+first and the count after them, so a kill in between leaves rows beyond the count, unused.
+Once the ring is full a new row overwrites a counted one, so the batch goes to a journal first
+(``journal-*.bin``, then its row count), then into the ring, then the count, then the journal
+is cleared; opening a folder whose journal is still set finishes the copy. A kill loses at
+most the add it interrupted. (A process kill keeps every write to a mapped file: they are in
+the page cache. :meth:`MemmapReplayBuffer.flush` writes them to the disk, against a power cut.)
 
-A folder that is not a buffer's is refused before anything is written: a folder with other
-files and no header ("foreign"), a header that is not valid JSON or not this format, or data
-files of the wrong size ("corrupt"), each with the path and what is wrong. Samples are
-gathered on the CPU and delivered to ``device``.
+Other guards:
+
+- one buffer at a time holds a folder (``core.files.exclusive_lock`` on its ``lock`` file); a
+  second is refused with the holder's pid;
+- creating a buffer is retry-safe: the header is written last, and a folder holding only this
+  buffer's files without a header (a creation killed or out of disk space) is created afresh;
+- a folder that is not a buffer's is refused before anything is written: a folder with other
+  files and no header ("foreign"), a header that is not valid JSON or not this format, or data
+  files of the wrong size ("corrupt"), each with the path and what is wrong;
+- a temporary buffer (``path=None``) lives in a folder ``rlgpu-replay-*`` of the system's
+  temporary folder, deleted on ``close``, when the buffer is garbage collected or at exit; the
+  ones a killed process left are deleted when the next temporary buffer is made (those whose
+  lock no live process holds);
+- ``state_dict`` of a buffer in a folder you named refers to the files instead of copying them
+  (a buffer larger than RAM could not be copied): it flushes and records the folder, the
+  buffer's id and the count. ``load_state_dict`` of that state, in a later process on the same
+  folder, goes back to that count. Transitions added after the checkpoint may remain in slots
+  it counts: whole newer transitions, never torn ones. A temporary buffer's state holds the
+  rows, as every other buffer's.
+
+Samples are gathered on the CPU and delivered to ``device``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+import re
 import shutil
 import tempfile
+import uuid
 import weakref
 from pathlib import Path
 
@@ -37,60 +65,103 @@ import torch
 
 from ..core.checks import check_int, check_ints
 from ..core.device import get_device
-from ..core.files import atomic_write
+from ..core.files import LockHeld, atomic_write, exclusive_lock
 from .base import DTYPES, FIELDS
 from .tensor import TensorReplayBuffer
 
-FORMAT = "rlgpu-replay-memmap/1"
+FORMAT = "rlgpu-replay-memmap/2"
 HEADER = "header.json"
+COUNT = "count.bin"
+LOCK = "lock"
+TEMPORARY_PREFIX = "rlgpu-replay-"
+_WRITTEN, _JOURNAL_ROWS, _JOURNAL_FROM = 0, 1, 2
+"""Slots of ``count.bin``: transitions committed, rows in the journal (0: none), the count it goes after."""
+
+
+def _own_files() -> set[str]:
+    """Every file name a buffer's folder may hold."""
+    return ({HEADER, COUNT, LOCK} | {f"{name}.bin" for name in FIELDS}
+            | {f"journal-{name}.bin" for name in FIELDS})
 
 
 class MemmapReplayBuffer(TensorReplayBuffer):
     """A ring of transitions in memory-mapped files in the folder ``path``.
 
-    ``path`` None: a fresh temporary folder, deleted on ``close`` or when the buffer is garbage
-    collected. An empty or missing folder: a new buffer is created there. A folder holding a
-    buffer: it is opened with its contents, and ``capacity`` and ``obs_shape`` must match it.
+    ``path`` None: a fresh temporary folder, deleted on ``close``, when the buffer is garbage
+    collected or at exit. An empty or missing folder: a new buffer is created there. A folder
+    holding a buffer: it is opened with its contents, and ``capacity`` and ``obs_shape`` must
+    match it.
     """
 
     def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu", *,
-                 path: str | Path | None = None):
+                 path: str | Path | None = None, num_actions: int | None = None):
         capacity, obs_shape = check_int("capacity", capacity), check_ints("obs_shape", obs_shape)
         get_device(device, param="device")  # checked before any file is touched
-        if path is None:
-            path = Path(tempfile.mkdtemp(prefix="rlgpu-replay-"))
-            self._cleanup = weakref.finalize(self, shutil.rmtree, path, ignore_errors=True)
-        else:
-            self._cleanup = None
+        self._maps: dict[str, np.memmap] = {}
+        self._journal: dict[str, np.memmap] = {}
+        self._lock = contextlib.ExitStack()
+        temporary = path is None
+        if temporary:
+            remove_stale_temporaries()
+            path = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX))
         self.path = Path(path)
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"path={str(self.path)!r} is a file, not a folder")
-        header = read_header(self.path)
+        self._check_folder(read_header(self.path), capacity, obs_shape)
+        made_folder, creating = not self.path.exists(), False
+        try:
+            self._lock.enter_context(exclusive_lock(self.path / LOCK, wait=False))
+            header = read_header(self.path)  # again, now that no other buffer can be making one
+            self._check_folder(header, capacity, obs_shape)
+            creating = header is None
+            self._mode = "w+" if creating else "r+"
+            if creating:
+                for name in _own_files() - {LOCK}:  # an unfinished creation's files
+                    (self.path / name).unlink(missing_ok=True)
+            self.id = header["id"] if header is not None else uuid.uuid4().hex
+            self._files_bytes = _allocated_bytes(self.path)
+            super().__init__(capacity, obs_shape, device, storage_device="cpu", num_actions=num_actions)
+            self._count = np.memmap(self.path / COUNT, dtype=np.int64, mode=self._mode, shape=(4,))
+            if header is None:
+                self._write_header()
+            self._recover()
+        except BaseException:
+            self._maps, self._journal = {}, {}
+            if temporary or made_folder:
+                shutil.rmtree(self.path, ignore_errors=True)
+            elif creating:  # out of disk space, say: leave the folder as it was given, for a retry
+                for name in _own_files() - {LOCK}:
+                    (self.path / name).unlink(missing_ok=True)
+            self._lock.close()
+            raise
+        # Released by close, or when the buffer is collected or the interpreter exits.
+        self._cleanup = weakref.finalize(self, _release, self._lock, self.path if temporary else None)
+        self.temporary = temporary
+
+    def _check_folder(self, header: dict | None, capacity: int, obs_shape: tuple) -> None:
+        """Refuse a folder that is not a buffer's, or a buffer of another capacity or shape."""
         if header is not None:
             for name, given, stored in (("capacity", capacity, header["capacity"]),
                                         ("obs_shape", obs_shape, tuple(header["obs_shape"]))):
                 if given != stored:
                     raise ValueError(f"{name}={given!r} does not match the buffer in {self.path} ({name} "
                                      f"{stored!r}): open it with MemmapReplayBuffer.open(path)")
-        elif self.path.exists() and any(self.path.iterdir()):
+        elif self.path.is_dir() and set(os.listdir(self.path)) - _own_files():
             raise ValueError(f"path={str(self.path)!r} holds files but no {HEADER}: not a replay buffer's "
                              "folder; give an empty or new folder")
-        self._mode = "r+" if header is not None else "w+"
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._maps: dict[str, np.memmap] = {}
-        super().__init__(capacity, obs_shape, device, storage_device="cpu")
-        if header is None:
-            self.flush()
-        else:
-            self.pos, self.size = header["pos"], header["size"]
 
     @classmethod
-    def open(cls, path: str | Path, device: str | torch.device = "cpu") -> MemmapReplayBuffer:
+    def open(cls, path: str | Path, device: str | torch.device = "cpu", *,
+             num_actions: int | None = None) -> MemmapReplayBuffer:
         """The buffer stored in the folder ``path``, with its contents; an error if there is none."""
         header = read_header(Path(path))
         if header is None:
             raise ValueError(f"path={str(path)!r} holds no replay buffer (no {HEADER})")
-        return cls(header["capacity"], header["obs_shape"], device, path=path)
+        return cls(header["capacity"], header["obs_shape"], device, path=path, num_actions=num_actions)
+
+    def _room(self) -> tuple[int, str]:
+        """The disk's free space, plus what the files already hold (sparse files take blocks as rows are written)."""
+        return shutil.disk_usage(self.path).free + self._files_bytes, f"disk space in {self.path}"
 
     def _allocate(self, name: str) -> torch.Tensor:
         shape = (self.capacity, *self.field_shape(name))
@@ -98,30 +169,91 @@ class MemmapReplayBuffer(TensorReplayBuffer):
                                      shape=shape)
         return torch.from_numpy(self._maps[name])
 
+    def _write_header(self) -> None:
+        """The last file of a new buffer: until it exists, the folder is an unfinished creation."""
+        header = {"format": FORMAT, "id": self.id, "capacity": self.capacity, "obs_shape": list(self.obs_shape),
+                  "dtypes": {name: _numpy_dtype(name).name for name in FIELDS}}
+        atomic_write(self.path / HEADER, lambda f: f.write(json.dumps(header, indent=1).encode()))
+
+    def _recover(self) -> None:
+        """Take the count from ``count.bin``, finishing an add a kill interrupted after its journal."""
+        written, rows, since = (int(v) for v in self._count[:3])
+        if written < 0 or not 0 <= rows <= self.capacity or (rows and since not in (written, written - rows)):
+            raise ValueError(f"{self.path / COUNT} holds {[written, rows, since]}: a corrupt buffer folder")
+        if rows and since == written:  # killed while copying the journal into the ring: copy it again
+            self._set_count(since)
+            self._open_journal(rows, "r+")
+            super()._store({name: torch.from_numpy(self._journal[name][:rows]) for name in FIELDS}, rows)
+            written = since + rows
+        self._commit(written)
+
+    def _set_count(self, written: int) -> None:
+        self.written = written
+        self.pos, self.size = written % self.capacity, min(written, self.capacity)
+
+    def _commit(self, written: int) -> None:
+        """The count after the rows: one int64 store, which a kill cannot tear."""
+        self._count[_WRITTEN] = written
+        self._count[_JOURNAL_ROWS] = 0
+        self._set_count(written)
+
+    def _open_journal(self, rows: int, mode: str) -> None:
+        for name in FIELDS:
+            self._journal[name] = np.memmap(self.path / f"journal-{name}.bin", dtype=_numpy_dtype(name), mode=mode,
+                                            shape=(rows, *self.field_shape(name)))
+
     def memory_bytes(self) -> dict[str, int]:
         """The files' size; the rows in use occupy page cache, which the OS manages."""
         return {"files": sum(m.nbytes for m in self._maps.values())}
 
     def flush(self) -> None:
-        """Write the mapped rows to disk, then the header: what a reopened buffer will hold."""
+        """Write the mapped rows, then the count, to disk (a process kill loses nothing even without it)."""
         self._check_open()
-        for array in self._maps.values():
+        for array in (*self._maps.values(), *self._journal.values(), self._count):
             array.flush()
-        header = {"format": FORMAT, "capacity": self.capacity, "obs_shape": list(self.obs_shape),
-                  "dtypes": {name: _numpy_dtype(name).name for name in FIELDS},
-                  "pos": self.pos, "size": self.size}
-        atomic_write(self.path / HEADER, lambda f: f.write(json.dumps(header, indent=1).encode()))
+
+    def state_dict(self) -> dict:
+        """A temporary buffer's rows (as every buffer's); a named folder's reference to its files.
+
+        The reference: ``{"memmap": folder, "id": the buffer's id, "written": the count, "size"}``,
+        after a flush. See the module docstring for what loading it restores.
+        """
+        if self.temporary:
+            return super().state_dict()
+        self._settle_checks()
+        self.flush()
+        return {"memmap": str(self.path.resolve()), "id": self.id, "written": self.written, "size": self.size}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Rows of any buffer's state (written in, then counted), or this folder's own reference."""
+        if isinstance(state, dict) and "memmap" in state:
+            self._check_open()
+            written = self._checked_reference(state)
+            self._commit(written)
+            self._invalid = None
+            self._make_value_checks()
+            return
+        super().load_state_dict(state)
+
+    def _checked_reference(self, state: dict) -> int:
+        if state.get("memmap") != str(self.path.resolve()) or state.get("id") != self.id:
+            raise ValueError(f"state refers to the buffer {state.get('id')!r} in {state.get('memmap')!r}; this "
+                             f"buffer is {self.id!r} in {str(self.path.resolve())!r}: open that folder to load it")
+        written = check_int("state['written']", state.get("written"), 0, self.written)
+        if state.get("size") != min(written, self.capacity):
+            raise ValueError(f"state['size']={state.get('size')!r} must be {min(written, self.capacity)} "
+                             f"for written={written}")
+        return written
 
     def close(self) -> None:
-        """Flush and unmap the files (a temporary folder is deleted); the buffer is unusable after."""
+        """Flush, unmap and unlock the files (a temporary folder is deleted); the buffer is unusable after."""
         if self.closed:
             return
         self.flush()
         for name in FIELDS:
             setattr(self, name, None)
-        self._maps = {}
-        if self._cleanup is not None:
-            self._cleanup()
+        self._maps, self._journal = {}, {}
+        self._cleanup()
 
     @property
     def closed(self) -> bool:
@@ -139,8 +271,21 @@ class MemmapReplayBuffer(TensorReplayBuffer):
 
     # Every access to the rows goes through these, so a closed buffer says so.
     def _store(self, fields: dict, count: int) -> None:
+        """Rows first, then the count; through the journal where counted rows get overwritten."""
         self._check_open()
-        super()._store(fields, count)
+        written = self.written
+        if written + count <= self.capacity:  # only empty slots: a kill leaves them uncounted
+            super()._store(fields, count)
+            self._commit(written + count)
+            return
+        if not self._journal or self._journal["obs"].shape[0] < count:
+            self._open_journal(count, "w+")
+        for name, value in fields.items():
+            torch.from_numpy(self._journal[name][:count]).copy_(value)
+        self._count[_JOURNAL_FROM] = written
+        self._count[_JOURNAL_ROWS] = count  # the journal is whole: from here on the add completes
+        super()._store({name: torch.from_numpy(self._journal[name][:count]) for name in FIELDS}, count)
+        self._commit(written + count)
 
     def _gather(self, indices: torch.Tensor) -> dict:
         self._check_open()
@@ -151,8 +296,45 @@ class MemmapReplayBuffer(TensorReplayBuffer):
         return super()._rows()
 
     def _put_rows(self, fields: dict, size: int) -> None:
+        """Nothing counted while the rows are replaced, then all of them."""
         self._check_open()
+        self._commit(0)
         super()._put_rows(fields, size)
+        self._commit(size)
+
+
+def _release(lock: contextlib.ExitStack, temporary: Path | None) -> None:
+    """Unlock a buffer's folder, and delete it if it is a temporary one."""
+    if temporary is not None:
+        shutil.rmtree(temporary, ignore_errors=True)
+    lock.close()
+
+
+def _allocated_bytes(path: Path) -> int:
+    """Disk bytes the data files in ``path`` already hold (sparse files hold fewer than their size)."""
+    names = [path / f"{name}.bin" for name in FIELDS]
+    return sum(getattr(p.stat(), "st_blocks", 0) * 512 for p in names if p.is_file())
+
+
+def remove_stale_temporaries(folder: str | Path | None = None) -> list[Path]:
+    """Delete the temporary buffer folders (``rlgpu-replay-*``) that killed processes left; returns them.
+
+    A folder is stale when its lock records a pid and no process holds the lock: the operating
+    system drops a process's lock when it ends, however it ends. A live buffer's folder, or one
+    whose lock has no pid yet (being made), is left alone.
+    """
+    removed = []
+    for candidate in sorted(Path(folder or tempfile.gettempdir()).glob(f"{TEMPORARY_PREFIX}*")):
+        lock = candidate / LOCK
+        try:
+            if not lock.is_file() or not lock.read_text().strip():
+                continue
+            with contextlib.redirect_stdout(io.StringIO()), exclusive_lock(lock, wait=False):  # quiet takeover
+                shutil.rmtree(candidate, ignore_errors=True)
+        except (LockHeld, OSError):
+            continue
+        removed.append(candidate)
+    return removed
 
 
 def _numpy_dtype(name: str) -> np.dtype:
@@ -169,26 +351,27 @@ def read_header(path: Path) -> dict | None:
         header = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{file} is not valid JSON ({error}): a corrupt or foreign folder") from None
+    if isinstance(header, dict) and header.get("format") == "rlgpu-replay-memmap/1":
+        raise ValueError(f"{file}: a buffer of an older format, whose count a kill could tear: open it with the "
+                         "version that made it and load its state_dict() into a new buffer")
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ValueError(f"{file} is not a replay buffer header (no \"format\": \"{FORMAT}\"): a foreign folder")
     try:
         capacity = check_int(f"{file}: capacity", header.get("capacity"))
         obs_shape = check_ints(f"{file}: obs_shape", header.get("obs_shape"))
-        size = check_int(f"{file}: size", header.get("size"), 0, capacity)
-        pos = check_int(f"{file}: pos", header.get("pos"), 0, capacity - 1)
     except TypeError as error:
         raise ValueError(str(error)) from None
-    if size < capacity and pos != size:
-        raise ValueError(f"{file}: pos={pos} must equal size={size} until the buffer is full")
+    if not re.fullmatch(r"[0-9a-f]{32}", str(header.get("id"))):
+        raise ValueError(f"{file}: id={header.get('id')!r} must be 32 hex digits")
     dtypes = {name: _numpy_dtype(name).name for name in FIELDS}
     if header.get("dtypes") != dtypes:
         raise ValueError(f"{file}: dtypes={header.get('dtypes')!r} must be {dtypes}")
-    for name in FIELDS:
-        data = path / f"{name}.bin"
-        rows = np.prod(obs_shape) if name in ("obs", "next_obs") else 1
-        expected = capacity * int(rows) * np.dtype(dtypes[name]).itemsize
+    sizes = {f"{name}.bin": capacity * int(np.prod(obs_shape) if name in ("obs", "next_obs") else 1)
+             * np.dtype(dtypes[name]).itemsize for name in FIELDS}
+    for name, expected in {**sizes, COUNT: 32}.items():
+        data = path / name
         found = data.stat().st_size if data.is_file() else None
         if found != expected:
             state = "is missing" if found is None else f"has {found} bytes"
             raise ValueError(f"{data} {state}, expected {expected} bytes: a corrupt buffer folder")
-    return {"capacity": capacity, "obs_shape": obs_shape, "pos": pos, "size": size}
+    return {"capacity": capacity, "obs_shape": obs_shape, "id": header["id"]}

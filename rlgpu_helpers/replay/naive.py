@@ -31,8 +31,9 @@ class DequeReplay(ReplayBuffer):
     Storage is on the CPU; ``device`` is where ``sample`` delivers batches.
     """
 
-    def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu"):
-        super().__init__(capacity, obs_shape, device, storage_device="cpu")
+    def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu", *,
+                 num_actions: int | None = None):
+        super().__init__(capacity, obs_shape, device, storage_device="cpu", num_actions=num_actions)
         self.memory = deque(maxlen=self.capacity)
 
     def __len__(self) -> int:
@@ -82,8 +83,9 @@ class DequeReplay(ReplayBuffer):
 class ArrayReplay(ReplayBuffer):
     """The same memory in preallocated NumPy arrays, written as a ring (oldest overwritten)."""
 
-    def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu"):
-        super().__init__(capacity, obs_shape, device, storage_device="cpu")
+    def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu", *,
+                 num_actions: int | None = None):
+        super().__init__(capacity, obs_shape, device, storage_device="cpu", num_actions=num_actions)
         capacity, obs_shape = self.capacity, self.obs_shape
         self.obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
         self.next_obs = np.zeros((capacity, *obs_shape), dtype=np.float32)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import torch
 
+from ..core.device import available_memory
 from .base import DTYPES, FIELDS
 from .tensor import TensorReplayBuffer
 
@@ -45,8 +46,9 @@ from .tensor import TensorReplayBuffer
 class PinnedReplayBuffer(TensorReplayBuffer):
     """A ring of transitions in pinned host memory; each ``sample`` prefetches the next batch to ``device``."""
 
-    def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu"):
-        super().__init__(capacity, obs_shape, device, storage_device="cpu")
+    def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu", *,
+                 num_actions: int | None = None):
+        super().__init__(capacity, obs_shape, device, storage_device="cpu", num_actions=num_actions)
         self._stream = torch.cuda.Stream(self.device) if self.pinned else None
         self._written = torch.cuda.Event() if self.pinned else None  # recorded after add's copies
         self._next: dict | None = None
@@ -62,6 +64,9 @@ class PinnedReplayBuffer(TensorReplayBuffer):
 
     def _allocate(self, name: str) -> torch.Tensor:
         return torch.zeros(self.capacity, *self.field_shape(name), dtype=DTYPES[name], pin_memory=self.pinned)
+
+    def _room(self) -> tuple[int, str]:
+        return available_memory("cpu"), "pinned host memory" if self.pinned else "host memory"
 
     def memory_bytes(self) -> dict[str, int]:
         return {"pinned" if self.pinned else "host": sum(getattr(self, name).nbytes for name in FIELDS)}

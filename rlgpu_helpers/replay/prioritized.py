@@ -44,8 +44,8 @@ class PrioritizedReplayBuffer(TensorReplayBuffer):
     """
 
     def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu", *,
-                 alpha: float = 0.6, beta: float = 0.4):
-        super().__init__(capacity, obs_shape, device)
+                 alpha: float = 0.6, beta: float = 0.4, num_actions: int | None = None):
+        super().__init__(capacity, obs_shape, device, num_actions=num_actions)
         self.alpha = check_number("alpha", alpha, at_least=0)
         self.beta = beta
         self.priorities = torch.zeros(self.capacity, device=self.device)
@@ -61,6 +61,9 @@ class PrioritizedReplayBuffer(TensorReplayBuffer):
     @beta.setter
     def beta(self, value: float) -> None:
         self._beta = check_number("beta", value, at_least=0, at_most=1)
+
+    def row_bytes(self) -> int:
+        return super().row_bytes() + 4  # and its float32 priority
 
     def memory_bytes(self) -> dict[str, int]:
         memory = super().memory_bytes()

@@ -36,8 +36,8 @@ class TensorReplayBuffer(ReplayBuffer):
     """
 
     def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu", *,
-                 storage_device: str | torch.device | None = None):
-        super().__init__(capacity, obs_shape, device, storage_device)
+                 storage_device: str | torch.device | None = None, num_actions: int | None = None):
+        super().__init__(capacity, obs_shape, device, storage_device, num_actions=num_actions)
         for name in FIELDS:
             setattr(self, name, self._allocate(name))
         self.pos = 0

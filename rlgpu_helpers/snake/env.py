@@ -22,6 +22,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from ..core.checks import check_seed
 from . import rules
 from .render import render_state
 from .rules import SnakeState
@@ -75,6 +76,8 @@ class SnakeEnv(gymnasium.Env):
         """Start a new game: the start body facing right, food on a uniformly random empty cell."""
         if options:
             raise ValueError(f"options: SnakeEnv.reset takes no options, got {options!r}")
+        if seed is not None:
+            check_seed("seed", seed)  # the seeds VecSnake takes: gymnasium alone would let True and 2**64 in
         super().reset(seed=seed)
         self._load(SnakeState(rules.start_body(self.height, self.width), rules.RIGHT, None))
         self._food = self._random_free_cell()

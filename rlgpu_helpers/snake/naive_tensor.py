@@ -57,11 +57,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ..core.checks import check_bool, check_choice, check_choices, check_int, check_seed
-from ..core.device import get_device
+from ..core.device import available_memory, check_fits, get_device
 from ..gpu.sync import DeferredCheck
 from . import rules
 from .rules import SnakeState
-from .vec import check_action_tensor
+from .vec import bytes_per_game, check_action_tensor
 
 SYNC_POINTS = ("mask_reset", "if_any", "nonzero_food", "item_logging")
 """The four switches of :class:`NaiveTensorSnake`, each a habit that synchronizes on a GPU."""
@@ -121,6 +121,10 @@ class NaiveTensorSnake(VectorEnv):
         self.max_steps_without_food = rules.check_max_steps_without_food(
             max_steps_without_food, self.height, self.width)
         self.device = get_device(device, param="device")
+        # Its state is smaller than VecSnake's, its step's temporaries (whole-grid masks) larger: about the same.
+        check_fits("num_envs", self.num_envs,
+                   self.num_envs * bytes_per_game(self.height, self.width, self.obs_type),
+                   available_memory(self.device), f"{self.device} memory")
         self.syncs = check_syncs(syncs)
         self.check_action_values = check_bool("check_action_values", check_action_values)
         self._bad_actions = DeferredCheck(self.device, _describe_bad_action)

@@ -27,6 +27,8 @@ FIRST_OBS_TYPES = ("features", "grid")
 NUM_ACTIONS = 3
 NUM_FEATURES = 11
 NUM_REACH_FEATURES = NUM_FEATURES + NUM_ACTIONS + 1
+MAX_STEPS_LIMIT = 2**31 - 1
+"""The largest ``max_steps_without_food``: the tensor envs count steps in int32 (cheap on a GPU)."""
 
 FEATURE_NAMES = ("danger straight", "danger right", "danger left",
                  "heading up", "heading right", "heading down", "heading left",
@@ -94,10 +96,14 @@ def check_obs_type(obs_type) -> str:
 
 
 def check_max_steps_without_food(max_steps_without_food, height: int, width: int) -> int:
-    """The truncation limit; ``None`` means the default ``height * width``."""
+    """The truncation limit, 1..:data:`MAX_STEPS_LIMIT`; ``None`` means the default ``height * width``.
+
+    Bounded so that every env counts the same steps: a larger limit would wrap the tensor envs'
+    int32 counters (truncating early) while ``SnakeEnv``'s Python ints ran on.
+    """
     if max_steps_without_food is None:
         return height * width
-    return check_int("max_steps_without_food", max_steps_without_food, 1)
+    return check_int("max_steps_without_food", max_steps_without_food, 1, MAX_STEPS_LIMIT)
 
 
 def check_action(action) -> int:

@@ -49,7 +49,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ..core.checks import check_bool, check_int, check_seed
-from ..core.device import get_device, retain_freed_memory
+from ..core.device import available_memory, check_fits, get_device, retain_freed_memory
 from ..gpu.sync import DeferredCheck
 from . import rules
 from .rules import SnakeState
@@ -149,15 +149,28 @@ def check_action_tensor(actions, num_envs: int, device: torch.device) -> None:
         raise ValueError(f"actions must be on {device}, got {actions.device}")
 
 
+def bytes_per_game(height: int, width: int, obs_type: str) -> int:
+    """About the memory one game of ``VecSnake`` takes: its state, and one step's observations and
+    largest temporaries (for an error that says how much ``num_envs`` needs, before allocating)."""
+    cells = (height + 2) * (width + 1)  # the bordered grid
+    ring = 1 << (height * width - 1).bit_length()
+    state = cells * 8 + ring * 8 + height * 8 * 2 + 16 * 8  # stamps, ring, row counts, per-game numbers
+    obs = 4 * int(np.prod(rules.observation_shape(obs_type, height, width)))
+    temporaries = {"grid": cells * 12, "features_reach": cells * 10}.get(obs_type, 64)
+    return state + 2 * obs + temporaries
+
+
 class VecSnake(VectorEnv):
     """``num_envs`` games of Snake stepped together as tensors on ``device``.
 
     Args:
-        num_envs: number of games N.
+        num_envs: number of games N; refused, naming the bytes needed and available, where N games
+            cannot fit in the device's memory (``bytes_per_game``), before anything is allocated.
         height, width: grid size, each 4..64.
         obs_type: ``"features"`` (N, 11), ``"grid"`` (N, 3, H, W) or ``"features_reach"`` (N, 15), float32,
             see ``rules``.
-        max_steps_without_food: truncation limit, default ``height * width``.
+        max_steps_without_food: truncation limit, default ``height * width``, at most
+            ``rules.MAX_STEPS_LIMIT`` (the steps since food are counted in int32).
         device: any torch device; every tensor in and out lives there.
         seed: seed of the food placement; ``reset(seed=...)`` re-seeds.
         check_action_values: check that every action is 0, 1 or 2, without a host sync: a step
@@ -190,6 +203,8 @@ class VecSnake(VectorEnv):
         )
         self.num_envs = int(num_envs)
         self.device = get_device(device, param="device")
+        check_fits("num_envs", self.num_envs, self.num_envs * bytes_per_game(self.height, self.width, self.obs_type),
+                   available_memory(self.device), f"{self.device} memory")
         if self.device.type == "cpu":
             retain_freed_memory()  # see its docstring: avoids a page fault storm every step
         self.check_action_values = check_bool("check_action_values", check_action_values)
@@ -282,8 +297,8 @@ class VecSnake(VectorEnv):
         self._head = torch.zeros(N, **small)
         self._direction = torch.zeros(N, **small)
         self._food = torch.zeros(N, **small)
-        self._steps_since_food = torch.zeros(N, **small)
-        self._episode_steps = torch.zeros(N, **small)
+        self._steps_since_food = torch.zeros(N, **small)  # < max_steps_without_food <= rules.MAX_STEPS_LIMIT
+        self._episode_steps = torch.zeros(N, **i64)  # up to (H * W - 2) * max_steps_without_food
         self._counter = torch.zeros((), **i64)
         self._env_keys = torch.zeros(N, **i64)  # the hash works in int64
 
@@ -634,7 +649,9 @@ class VecSnake(VectorEnv):
             raise ValueError(f"state is missing {missing}: not a VecSnake state_dict")
         for name in self._STATE:
             mine, theirs = getattr(self, f"_{name}"), state[name]
-            if not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape or theirs.dtype != mine.dtype:
+            # Any integer dtype: the values are checked below (older states counted episode steps in int32).
+            if (not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape or theirs.is_floating_point()
+                    or theirs.is_complex() or theirs.dtype == torch.bool):
                 got = (f"{tuple(theirs.shape)} {theirs.dtype}" if isinstance(theirs, torch.Tensor)
                        else type(theirs).__name__)
                 raise ValueError(f"state[{name!r}] is {got}, expected {tuple(mine.shape)} {mine.dtype}: "
