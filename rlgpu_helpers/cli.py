@@ -61,6 +61,7 @@ from .gpu.distributed import (
 )
 from .learn.agents import load_agent, play_episode, save_agent
 from .learn.checkpoint import CheckpointError
+from .learn.nets import DivergedError
 from .learn.ppo import PPOConfig
 from .learn.ppo_ddp import (
     PROOF_SETTINGS,
@@ -172,6 +173,9 @@ def run_train(args: argparse.Namespace) -> int:
                        checkpoint_every_s=args.checkpoint_every, progress=True)
     except (CheckpointError, RunFolderError) as error:
         raise UsageError(str(error)) from None
+    except DivergedError as error:
+        print(f"Training stopped: {error}", file=sys.stderr)
+        return 1
     score = "no game finished" if result.mean_score is None else f"{result.mean_score:.2f}"
     print(f"{result.algorithm}: {result.env_steps:,} env steps in {result.seconds:,.1f} s "
           f"({result.steps_per_second:,.0f} steps/s), {result.episodes:,} games, "

@@ -1,6 +1,7 @@
 """Agent files: save, load (also from checkpoints), greedy play, and clear errors."""
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -40,7 +41,7 @@ def test_play_episode_follows_the_greedy_policy_until_the_game_ends():
     assert states[0] == VecSnake(1, 5, 5, seed=3).get_state(0)  # the first game drawn from the seed
     assert score == states[-1].score and not won
     # Each state is one move of the previous one (the games are valid all the way).
-    for a, b in zip(states, states[1:]):
+    for a, b in itertools.pairwise(states):
         assert b.body[1:] == a.body[: len(b.body) - 1]
 
 
@@ -79,5 +80,22 @@ def test_unknown_files_raise_clear_errors(tmp_path):
     state = torch.load(agent_path, weights_only=True)
     state["config"]["hidden"] = 32  # weights no longer fit the described network
     save_checkpoint(agent_path, state)
-    with pytest.raises(CheckpointError, match="do not fit the network"):
+    with pytest.raises(CheckpointError, match=r"model\['actor.0.0.weight'\] has shape \(8, 11\), expected \(32, 11\)"):
         load_agent(agent_path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda state: state["config"].pop("hidden"), r"config is missing \['hidden'\]"),
+    (lambda state: state.pop("config"), "config must be a dict, not NoneType"),
+    (lambda state: state["config"].update(height="5"), "height='5' must be an int"),
+    (lambda state: state.pop("model"), "model must be a dict of tensors, not NoneType"),
+    (lambda state: state["model"]["actor.1.bias"].fill_(float("nan")), r"model\['actor.1.bias'\] holds values that are not finite"),
+])
+def test_a_broken_agent_file_is_a_checkpoint_error_naming_the_field(tmp_path, edit, message):
+    learner = make_learner("ppo", height=5, width=5, num_envs=4, hidden=8)
+    path = save_agent(tmp_path / "agent.pt", learner)
+    state = torch.load(path, weights_only=True)
+    edit(state)
+    save_checkpoint(path, state)
+    with pytest.raises(CheckpointError, match=message):
+        load_agent(path)

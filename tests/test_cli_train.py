@@ -1,10 +1,12 @@
 """``python -m rlgpu_helpers train`` and ``play``: they work, and bad arguments fail cleanly."""
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from rlgpu_helpers.cli import main
 from rlgpu_helpers.learn.agents import load_agent
@@ -56,6 +58,10 @@ def test_train_then_play(tmp_path, capsys):
         (["train", "--choose", "--steps", "100"], "--choose chooses for a time budget: give --seconds"),
         (["train", "--choose", "--algo", "dqn"], "leave out --algo dqn"),
         (["train", "--choose", "--resume", "--out", "runs/x"], "leave out --resume"),
+        (["train", "--set", "device=tpu", "--steps", "1"], "--set device='tpu': name='tpu' is not a device"),
+        (["train", "--envs", "1000000000", "--steps", "1"], "num_envs=1000000000 needs 5,440,000,000,000 bytes"),
+        (["train", "--algo", "dqn", "--set", "buffer_size=1000000000000", "--steps", "1"],
+         "buffer_size=1000000000000 (buffer='tensor'): capacity=1000000000000 needs"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
@@ -85,7 +91,7 @@ def test_play_refuses_seeds_past_the_last_one(tmp_path, capsys):
 
 def test_resume_of_a_folder_without_checkpoint_is_a_clean_error(tmp_path):
     result = subprocess.run([sys.executable, "-m", "rlgpu_helpers", "train", "--resume", "--out", str(tmp_path),
-                             "--steps", "10"], capture_output=True, text=True)
+                             "--steps", "10"], check=False, capture_output=True, text=True)
     assert result.returncode == 2 and "no checkpoint at" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -126,7 +132,7 @@ def test_two_runs_on_one_folder_cannot_both_run(tmp_path):
             assert first.returncode is None, first.stderr.read()
             subprocess.run(["sleep", "0.1"], check=True)
         second = subprocess.run([sys.executable, "-m", "rlgpu_helpers", *TINY_RUN, "--steps", "64",
-                                 "--out", str(out)], capture_output=True, text=True, timeout=300)
+                                 "--out", str(out)], check=False, capture_output=True, text=True, timeout=300)
         assert second.returncode == 2 and "Traceback" not in second.stderr
         assert f"is in use: {lock} is held by process {first.pid}" in second.stderr
         assert "env steps" not in second.stdout  # refused before training
@@ -168,3 +174,41 @@ def test_the_curve_json_is_written_atomically(tmp_path, monkeypatch):
     curve = tmp_path / "deep" / "curve.json"
     assert main([*TINY_RUN, "--steps", "256", "--json", str(curve)]) == 0
     assert written == [curve] and json.loads(curve.read_text())["env_steps"] == 256
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_set_device_cuda_on_a_cpu_machine_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main([*TINY_RUN, "--steps", "1", "--set", "device=cuda"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--set device='cuda':" in err and "Traceback" not in err
+
+
+def test_memory_errors_name_the_bytes_needed_and_available(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--envs", "1000000000", "--steps", "1"])
+    assert re.search(r"needs [0-9,]+ bytes \(.* GiB\) of cpu memory .*, but [0-9,]+ bytes \(.* GiB\) are available",
+                     capsys.readouterr().err)
+
+
+def test_a_diverged_run_stops_with_exit_1_and_checkpoints_no_nan(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main([*TINY_RUN, "--steps", "100000", "--set", "learning_rate=1e30", "--checkpoint-every", "1e-9",
+                 "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "Training stopped: PPO diverged in iteration 1: a loss or the weights are not finite" in err
+    assert not (out / "checkpoint.pt").exists()
+
+
+def test_resume_moves_a_gpu_run_to_this_cpu_translating_its_cuda_only_settings(tmp_path, capsys):
+    from rlgpu_helpers.learn.checkpoint import load_checkpoint, save_checkpoint
+
+    out = tmp_path / "run"
+    assert main([*TINY_RUN, "--steps", "256", "--out", str(out)]) == 0
+    state = load_checkpoint(out)
+    state["config"].update(device="cuda", cuda_graphs=True, precision="tf32")  # as a GPU run saves it
+    save_checkpoint(out / "checkpoint.pt", state)
+    assert main(["train", "--resume", "--out", str(out), "--steps", "512", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "Resuming on cpu: cuda_graphs=True -> False" in printed and "ppo: 512 env steps" in printed
+    assert load_checkpoint(out)["config"]["precision"] == "fp32"

@@ -83,8 +83,12 @@ def test_a_rollout_step_makes_no_host_sync():
     ppo = PPO(PPOConfig(height=6, width=6, num_envs=64, num_steps=4, hidden=16))
     report = audit_syncs(lambda: ppo.rollout_step(0), "cpu")
     assert report.total == 0, report
-    sampled = audit_syncs(lambda: torch.distributions.Categorical(logits=torch.zeros(4, 3)).sample(), "cpu")
-    assert sampled.total >= 1, "the audit should catch what PPO no longer does"
+
+    def step_then_read():
+        ppo.rollout_step(1)
+        return ppo.actions.sum().item()
+
+    assert audit_syncs(step_then_read, "cpu").total == 1, "the audit should catch a read planted after the step"
 
 
 def test_the_critic_runs_once_per_rollout_step_and_its_values_are_right():

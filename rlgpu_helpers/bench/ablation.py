@@ -38,13 +38,17 @@ from ..core.checks import check_choices, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of
 from ..learn.ppo import PPOConfig
-from ..learn.tune import CapstoneSettings, capstone_settings, ours_settings
+from ..learn.tune import (
+    CHOSEN_FIELDS,
+    CapstoneSettings,
+    capstone_settings,
+    ours_settings,
+)
 from ..measure.claims import CLAIMS, Verdict, judge
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from .time_to_score import (
     CHOICE,
-    CHOSEN_FIELDS,
     Curve,
     chosen_on_file,
     curve_records,

@@ -40,7 +40,12 @@ from ..core.config import pick
 from ..core.device import get_device, logical_cores, machine_of
 from ..learn.naive_dqn import LoopSettings, NaiveDQN
 from ..learn.training import ScoreCurve
-from ..learn.tune import CAPSTONE_OBS, capstone_settings, ours_settings, trial_run
+from ..learn.tune import (
+    CAPSTONE_OBS,
+    capstone_settings,
+    check_chosen_settings,
+    trial_run,
+)
 from ..measure.records import Record, check_records, load_reference, select
 from ..measure.table import Table, format_number
 from ..snake.env import SnakeEnv
@@ -388,11 +393,13 @@ CHOICE = "capstone choice"
 """The record name of the choice's measurements and of the settings chosen."""
 
 
-CHOSEN_FIELDS = ("num_envs", "precision", "compile", "cuda_graphs")
 
 
 def chosen_on_file(device: str | torch.device | None = None, records=None) -> dict | None:
     """The capstone settings last chosen on this machine (``capstone`` suite records), or None.
+
+    The record is checked like ``train --set`` (:func:`~rlgpu_helpers.learn.tune.check_chosen_settings`):
+    a hand-edited one with an unknown key or a value ``PPOConfig`` refuses is an error naming it.
 
     ``records``: where to look (default: ``data/reference/``).
     """
@@ -403,4 +410,4 @@ def chosen_on_file(device: str | torch.device | None = None, records=None) -> di
     if not chosen:
         return None
     latest = max(chosen, key=lambda r: r.date)
-    return {**ours_settings(device), **{key: latest.params[key] for key in CHOSEN_FIELDS}}
+    return check_chosen_settings(latest.params, device, f"the {machine} record of {latest.date}")

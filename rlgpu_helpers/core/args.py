@@ -101,6 +101,35 @@ def _whole_number(text: str) -> int:
         return int(value)
 
 
+def _field_kind(field: dataclasses.Field) -> type:
+    """The type a config field's values have: its default's (a default of None: an optional float)."""
+    return type(field.default) if field.default is not None else float
+
+
+def check_settings(config_class, settings, what: str) -> dict:
+    """Settings given as values (a stored record, a dict) checked as :func:`typed_settings` checks ``--set``.
+
+    Every name must be a field of the dataclass ``config_class`` and every value of its field's
+    type (an int for an int, never a bool or 2.9; an int or a float for a float). ``what`` names
+    the settings in errors; a bad one is a ``ValueError`` or ``TypeError`` naming the key. The
+    values themselves are the config's to check.
+    """
+    if not isinstance(settings, dict):
+        raise TypeError(f"{what} must be a dict of settings, not {type(settings).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(config_class)}
+    unknown = sorted(set(settings) - set(fields), key=str)
+    if unknown:
+        raise ValueError(f"{what}: unknown settings {unknown}; known: {sorted(fields)}")
+    for name, value in settings.items():
+        kind, optional = _field_kind(fields[name]), fields[name].default is None
+        allowed = (int, float) if kind is float else (kind,)
+        if not (isinstance(value, allowed) and (kind is bool or not isinstance(value, bool))
+                or optional and value is None):
+            raise TypeError(f"{what}: {name}={value!r} must be {'an' if kind is int else 'a'} {kind.__name__}, "
+                            f"not {type(value).__name__}")
+    return dict(settings)
+
+
 def typed_settings(config_class, pairs, what: str) -> dict:
     """Turn ``--set name=value`` pairs into the field types of the dataclass ``config_class``.
 
@@ -112,7 +141,7 @@ def typed_settings(config_class, pairs, what: str) -> dict:
     for name, text in pairs:
         if name not in fields:
             raise UsageError(f"--set {name}: {what} has no setting {name!r}; it has {sorted(fields)}")
-        kind = type(fields[name].default) if fields[name].default is not None else float  # None: an optional float
+        kind = _field_kind(fields[name])
         try:
             if kind is bool:
                 if text.lower() not in ("true", "false", "1", "0"):
@@ -120,8 +149,12 @@ def typed_settings(config_class, pairs, what: str) -> dict:
                 settings[name] = text.lower() in ("true", "1")
             elif kind is int:
                 settings[name] = _whole_number(text)
+            elif name == "device":  # a device this machine has, checked like --device
+                settings[name] = str(device_argument(text))
             else:
                 settings[name] = kind(text)
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"--set {name}={text!r}: {error}") from None
         except ValueError:
             raise UsageError(f"--set {name}={text!r}: expected a {kind.__name__}") from None
     return settings

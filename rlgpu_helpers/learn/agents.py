@@ -16,9 +16,16 @@ import torch
 from ..core.device import get_device
 from ..snake import rules
 from ..snake.vec import VecSnake
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    CheckpointError,
+    check_entries,
+    check_weights,
+    load_checkpoint,
+    save_checkpoint,
+)
 from .nets import ActorCritic, QNetwork
 from .training import FORMAT as TRAIN_FORMAT
+from .training import check_checkpoint
 
 AGENT_FORMAT = "rlgpu-agent/1"
 NETWORKS = {"ppo": ActorCritic, "dqn": QNetwork}
@@ -62,21 +69,26 @@ def load_agent(path: str | Path, device: str | torch.device = "cpu") -> Agent:
     """An ``Agent`` from an agent file or a training checkpoint."""
     state = load_checkpoint(path)
     if state.get("format") == AGENT_FORMAT:
-        weights, extra = state["model"], state.get("extra", {})
+        weights, extra = state.get("model"), state.get("extra", {})
     elif state.get("format") == TRAIN_FORMAT:
-        weights = state["learner"]["model"]
-        extra = {"seconds": state["seconds"], "env_steps": state["learner"]["env_steps"]}
+        check_checkpoint(state, path)
+        weights = state["learner"].get("model")
+        extra = {"seconds": state["seconds"], "env_steps": state["learner"].get("env_steps")}
     else:
         raise CheckpointError(f"{path} is neither an agent file nor a training checkpoint of this package")
-    algorithm, config = state.get("algorithm"), dict(state.get("config", {}))
+    algorithm, config = state.get("algorithm"), state.get("config")
     if algorithm not in NETWORKS:
         raise CheckpointError(f"{path} names an unknown algorithm {algorithm!r}")
-    obs_shape = rules.observation_shape(config["obs_type"], config["height"], config["width"])
-    model = NETWORKS[algorithm](obs_shape, hidden=config["hidden"])
     try:
-        model.load_state_dict(weights)
-    except RuntimeError as exc:
-        raise CheckpointError(f"{path}: the saved weights do not fit the network its settings describe: {exc}") from exc
+        check_entries("config", config, ("obs_type", "height", "width", "hidden"))
+        rules.check_grid_size(config["height"], config["width"])
+        obs_shape = rules.observation_shape(rules.check_obs_type(config["obs_type"]), config["height"], config["width"])
+        model = NETWORKS[algorithm](obs_shape, hidden=config["hidden"])
+        check_weights("model", weights, model)  # the network's entries and shapes, all finite
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{path}: {error}") from None
+    model.load_state_dict(weights)
+    config = dict(config)
     device = get_device(device, param="device")
     config["device"] = str(device)
     return Agent(algorithm, config, model.to(device).eval(), dict(extra))

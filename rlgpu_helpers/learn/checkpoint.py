@@ -5,15 +5,21 @@ writes with ``atomic_write``: to a temporary file in the same folder, flushed to
 renamed over the old checkpoint. So the file named ``checkpoint.pt`` is always either the
 previous complete checkpoint or the new complete one, never half of one; a kill during the
 write leaves at most a stray ``*.tmp`` file, which ``load_checkpoint`` never reads.
+
+A checkpoint is also refused whole rather than half used: the ``check_*`` helpers below test a
+saved part against what it would be loaded into (entries, shapes, finite values) without
+changing anything, so a learner's ``load_state_dict`` checks everything before it loads anything.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
 
 from ..core.files import atomic_write
+from ..snake.vec import VecSnake
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -45,3 +51,83 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(state, dict):
         raise CheckpointError(f"{path} holds a {type(state).__name__}, not a checkpoint dict")
     return state
+
+
+# -- checking a saved state against what it is loaded into, before anything changes --------------
+# Each check raises TypeError or ValueError naming the entry (``name``), so a learner's
+# ``load_state_dict`` can check its whole state first and change nothing when a part is wrong.
+
+
+def check_entries(name: str, state, entries) -> dict:
+    """``state`` if it is a dict holding every one of ``entries``."""
+    if not isinstance(state, dict):
+        raise TypeError(f"{name} must be a dict, not {type(state).__name__}")
+    missing = [entry for entry in entries if entry not in state]
+    if missing:
+        raise ValueError(f"{name} is missing {missing}")
+    return state
+
+
+def check_finite_tensor(name: str, value, shape=None) -> torch.Tensor:
+    """``value`` if it is a tensor (of ``shape``, if given) whose floating values are all finite."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor, not {type(value).__name__}")
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(value.shape)}, expected {tuple(shape)}: "
+                         "saved with another width, number of games or observation?")
+    if (value.is_floating_point() or value.is_complex()) and bool((~value.isfinite()).any()):
+        raise ValueError(f"{name} holds values that are not finite (NaN or inf): the run it came from diverged")
+    return value
+
+
+def check_weights(name: str, saved, module: torch.nn.Module) -> None:
+    """Raise unless ``saved`` is a state_dict that ``module`` takes: the same entries and shapes, all finite."""
+    expected = module.state_dict()
+    if not isinstance(saved, dict):
+        raise TypeError(f"{name} must be a dict of tensors, not {type(saved).__name__}")
+    missing, unexpected = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{name} does not fit the network its settings describe: missing {missing}, "
+                         f"unexpected {unexpected}")
+    for key, tensor in expected.items():
+        check_finite_tensor(f"{name}[{key!r}]", saved[key], tensor.shape)
+
+
+def check_optimizer_state(name: str, saved, optimizer: torch.optim.Optimizer) -> None:
+    """Raise unless ``saved`` is an ``optimizer.state_dict()`` that fits ``optimizer``'s parameters, all finite."""
+    check_entries(name, saved, ("state", "param_groups"))
+    groups, state = saved["param_groups"], saved["state"]
+    if not isinstance(groups, list) or not isinstance(state, dict):
+        raise TypeError(f"{name} must hold a list 'param_groups' and a dict 'state'")
+    if len(groups) != len(optimizer.param_groups):
+        raise ValueError(f"{name} has {len(groups)} parameter groups, the optimizer {len(optimizer.param_groups)}")
+    for i, (group, built) in enumerate(zip(groups, optimizer.param_groups)):
+        numbers = [key for key, value in built.items() if isinstance(value, (torch.Tensor, float))]  # lr, eps, ...
+        check_entries(f"{name}['param_groups'][{i}]", group, ["params", *numbers])
+        if not isinstance(group["params"], list) or len(group["params"]) != len(built["params"]):
+            raise ValueError(f"{name}['param_groups'][{i}]['params'] does not list the optimizer's "
+                             f"{len(built['params'])} parameters")
+        for key in numbers:
+            value = group[key]
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                value = float(value)
+            if not isinstance(value, (float, int)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"{name}['param_groups'][{i}][{key!r}]={group[key]!r} must be a finite number")
+        for index, parameter in zip(group["params"], built["params"]):
+            entry = state.get(index, {})
+            if not isinstance(entry, dict):
+                raise TypeError(f"{name}['state'][{index!r}] must be a dict, not {type(entry).__name__}")
+            for key, value in entry.items():
+                if isinstance(value, torch.Tensor):
+                    check_finite_tensor(f"{name}['state'][{index!r}][{key!r}]", value,
+                                        parameter.shape if value.dim() else None)
+
+
+def check_env_state(name: str, saved, env: VecSnake) -> None:
+    """Raise unless ``env.load_state_dict(saved)`` would take ``saved``, checked on a CPU copy of ``env``'s settings."""
+    probe = VecSnake(env.num_envs, env.height, env.width, obs_type=env.obs_type, device="cpu",
+                     max_steps_without_food=env.max_steps_without_food)
+    try:
+        probe.load_state_dict(saved)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{name}: {error}") from None

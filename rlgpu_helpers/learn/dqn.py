@@ -6,8 +6,9 @@ together; one forward pass picks all their actions (epsilon-greedy, on the devic
 transitions go into a replay buffer; and every ``train_every`` vector steps the learner takes
 ``gradient_steps`` Double-DQN updates against a target network that is copied every
 ``target_update_every`` updates. Like ``PPO``, nothing in the loop reads a value back to the
-host, except the scores of finished games once per iteration (a test audits ``act_and_learn``
-with ``gpu.sync.audit_syncs``).
+host, except the scores of finished games once per iteration, read with a flag that says whether
+every TD error and weight stayed finite (``DivergedError`` if not; a test audits
+``act_and_learn`` with ``gpu.sync.audit_syncs``).
 
 The ``buffer`` setting picks the replay buffer by name (``replay.base.KINDS``, notebook 05
 compares them): by default ``"tensor"``, a ``TensorReplayBuffer`` on the learner's device.
@@ -40,7 +41,14 @@ from ..replay import KINDS, make_buffer
 from ..replay.prioritized import PrioritizedReplayBuffer
 from ..snake import rules
 from ..snake.vec import VecSnake
-from .nets import QNetwork
+from .checkpoint import (
+    check_entries,
+    check_env_state,
+    check_finite_tensor,
+    check_optimizer_state,
+    check_weights,
+)
+from .nets import DivergedError, QNetwork, weights_finite
 
 PRIORITY_EPS = 1e-6
 """Added to ``|TD error|`` for a new priority, so that no transition's priority is zero."""
@@ -136,14 +144,20 @@ class DQN:
             self.optimizer = graph_safe_adam(self.model.parameters(), c.learning_rate, device=self.device)
         else:
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate)
-        options = {"alpha": c.priority_alpha, "beta": c.priority_beta} if c.buffer == "prioritized" else {}
-        self.buffer = make_buffer(c.buffer, c.buffer_size, obs_shape, self.device, **options)
+        options = {"num_actions": int(self.env.single_action_space.n)}  # the buffer refuses other actions
+        if c.buffer == "prioritized":
+            options.update(alpha=c.priority_alpha, beta=c.priority_beta)
+        try:  # a buffer checks that it fits before it allocates: say which setting asked for it
+            self.buffer = make_buffer(c.buffer, c.buffer_size, obs_shape, self.device, **options)
+        except ValueError as error:
+            raise ValueError(f"buffer_size={c.buffer_size!r} (buffer={c.buffer!r}): {error}") from None
         self.prioritized = isinstance(self.buffer, PrioritizedReplayBuffer)
         self.obs, _ = self.env.reset(seed=c.seed)
         self.env_steps = 0
         self.vector_steps = 0
         self.updates = 0
         self._epsilon = torch.zeros((), device=self.device)  # the step's epsilon, on the device
+        self._losses_finite = torch.ones((), dtype=torch.bool, device=self.device)  # every TD error finite?
         self._ones = torch.ones(c.batch_size, device=self.device)  # the weights of a uniform buffer's batch
         launches = {"compile": c.compile, "cuda_graphs": c.cuda_graphs}
         self._act_fn = with_launch_settings(self._explore, self.device, **launches)
@@ -173,8 +187,16 @@ class DQN:
         epsilon = self.epsilon(budget_used)
         if self.prioritized:
             self.buffer.beta = c.priority_beta + (1.0 - c.priority_beta) * min(budget_used, 1.0)
+        self._losses_finite.fill_(True)
         steps = [self.act_and_learn(epsilon) for _ in range(c.steps_per_iteration)]
-        scores = torch.stack([torch.where(done, score, -1) for score, done in steps]).cpu()  # the one host read
+        diverged = ~(self._losses_finite & weights_finite(self.model)).view(1)
+        # The one host read: the finished games' scores, and whether an update diverged.
+        read = torch.cat([torch.stack([torch.where(done, score, -1) for score, done in steps]).flatten(),
+                          diverged.long()]).cpu()
+        if read[-1]:
+            raise DivergedError(f"DQN diverged by env step {self.env_steps:,}: a TD error or the weights are not "
+                                "finite (NaN or inf); try a smaller learning_rate or max_grad_norm")
+        scores = read[:-1]
         return scores[scores >= 0]
 
     def act_and_learn(self, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,6 +227,7 @@ class DQN:
         weights = batch["weights"] if self.prioritized else self._ones
         td_error = self._update_fn(batch["obs"], batch["actions"], batch["rewards"], batch["next_obs"],
                                    batch["terminated"], weights)
+        self._losses_finite &= td_error.isfinite().all()
         if self.prioritized:
             self.buffer.update_priorities(batch["indices"], td_error + PRIORITY_EPS)
         self.updates += 1
@@ -245,11 +268,31 @@ class DQN:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()`` of a learner with the same settings, all or nothing.
+
+        Everything but the replay buffer is checked first (:meth:`check_state`); the buffer's
+        ``load_state_dict`` checks its own part before it changes anything, and goes first. So
+        anything wrong raises ``TypeError`` or ``ValueError`` naming the entry, and the learner
+        stays exactly as it was.
+        """
+        self.check_state(state)
+        self.buffer.load_state_dict(state["buffer"])
         self.model.load_state_dict(state["model"])
         self.target.load_state_dict(state["target"])
         load_optimizer_state(self.optimizer, state["optimizer"])
-        self.buffer.load_state_dict(state["buffer"])
         self.env.load_state_dict(state["env"])
         self.obs = state["obs"].to(self.device)
         self.env_steps, self.vector_steps = int(state["env_steps"]), int(state["vector_steps"])
         self.updates = int(state["updates"])
+
+    def check_state(self, state) -> None:
+        """Raise naming the entry unless every part of ``state`` but the buffer fits this learner; changes nothing."""
+        check_entries("state", state, ("model", "target", "optimizer", "buffer", "env", "obs", "env_steps",
+                                       "vector_steps", "updates"))
+        check_weights("state['model']", state["model"], self.model)
+        check_weights("state['target']", state["target"], self.target)
+        check_optimizer_state("state['optimizer']", state["optimizer"], self.optimizer)
+        check_env_state("state['env']", state["env"], self.env)
+        check_finite_tensor("state['obs']", state["obs"], self.obs.shape)
+        for name in ("env_steps", "vector_steps", "updates"):
+            check_int(f"state[{name!r}]", state[name], 0)

@@ -92,3 +92,12 @@ class ActorCritic(nn.Module):
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """The critic's estimate of each observation's value."""
         return self.critic(obs).squeeze(-1)
+
+
+class DivergedError(RuntimeError):
+    """Training produced a loss or weights that are not finite (NaN or inf): it cannot go on."""
+
+
+def weights_finite(module: nn.Module) -> torch.Tensor:
+    """Whether every parameter of ``module`` is finite, as a bool tensor on its device: no host read."""
+    return torch.stack([parameter.isfinite().all() for parameter in module.parameters()]).all()

@@ -8,7 +8,9 @@ What makes it fast: acting, the env, the rollout storage and the update all stay
 and nothing in the inner loops reads a value back to the host (a test audits ``rollout_step``
 with ``gpu.sync.audit_syncs``). Actions are sampled with the Gumbel-max trick rather than
 ``Categorical.sample``, whose ``multinomial`` synchronizes on torch 2.4. The only host read is
-once per iteration, to hand the scores of the games that finished to the progress bar.
+once per iteration, to hand the scores of the games that finished to the progress bar; a flag
+read with them says whether every loss and weight stayed finite, and ``iterate`` raises
+``DivergedError`` when one did not, so a diverged run stops before it is checkpointed.
 
 Gradient accumulation (notebook 07): ``PPOConfig.accumulation_steps = K`` takes each minibatch in K
 micro-batches, one forward and backward pass each, and steps the optimizer once
@@ -44,17 +46,35 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 
 import torch
 
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
-from ..core.device import get_device
+from ..core.device import available_memory, check_fits, get_device
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
-from ..gpu.graphs import graph_safe_adam, load_optimizer_state, set_learning_rate, with_launch_settings
-from ..gpu.precision import check_precision, fp32_matmul_precision, precision_context, uses_tf32
+from ..gpu.graphs import (
+    graph_safe_adam,
+    load_optimizer_state,
+    set_learning_rate,
+    with_launch_settings,
+)
+from ..gpu.precision import (
+    check_precision,
+    fp32_matmul_precision,
+    precision_context,
+    uses_tf32,
+)
 from ..snake import rules
 from ..snake.vec import VecSnake
-from .nets import ActorCritic
+from .checkpoint import (
+    check_entries,
+    check_env_state,
+    check_finite_tensor,
+    check_optimizer_state,
+    check_weights,
+)
+from .nets import ActorCritic, DivergedError, weights_finite
 
 
 @dataclasses.dataclass
@@ -177,6 +197,13 @@ def compute_gae(rewards, values, dones, next_value, gamma: float, gae_lambda: fl
     return advantages, advantages + values
 
 
+def rollout_bytes(config: PPOConfig) -> int:
+    """Bytes of ``PPO``'s rollout storage: per step of each game an observation (float32), an action and a
+    score (int64), six float32 values and a finished flag."""
+    obs = math.prod(rules.observation_shape(config.obs_type, config.height, config.width))
+    return config.num_steps * config.num_envs * (4 * obs + 8 + 8 + 6 * 4 + 1)
+
+
 class PPO:
     """The PPO learner: env, model, optimizer and rollout storage, all on ``config.device``."""
 
@@ -185,6 +212,8 @@ class PPO:
     def __init__(self, config: PPOConfig):
         self.config = c = config
         self.device = get_device(c.device, param="device")
+        check_fits("num_envs", c.num_envs, rollout_bytes(c), available_memory(self.device),
+                   f"{self.device} memory for the rollout storage ({c.num_steps} steps of every game)")
         torch.manual_seed(c.seed)
         self.env = VecSnake(
             c.num_envs, c.height, c.width, obs_type=c.obs_type, device=self.device, seed=c.seed,
@@ -211,6 +240,7 @@ class PPO:
         self.advantages = torch.zeros(T, N, device=dev)
         self.returns = torch.zeros(T, N, device=dev)
         self._t = torch.zeros(1, dtype=torch.int64, device=dev)  # the step being stored, on the device
+        self._losses_finite = torch.ones((), dtype=torch.bool, device=dev)  # every loss of this iteration finite?
         self.next_obs, _ = self.env.reset(seed=c.seed)
         with torch.inference_mode():
             self.next_value = self.model.value(self.next_obs)
@@ -230,12 +260,19 @@ class PPO:
         c = self.config
         if c.anneal_lr:
             set_learning_rate(self.optimizer, c.learning_rate * max(1.0 - budget_used, 0.0))
+        self._losses_finite.fill_(True)
         with self._matmul_precision():
             self.collect()
             self.update()
+        diverged = ~(self._losses_finite & weights_finite(self.model)).view(1)
+        # The one host read per iteration: the finished games' scores, and whether the update diverged.
+        read = torch.cat([torch.where(self.finished, self.scores, -1).flatten(), diverged.long()]).cpu()
+        if read[-1]:
+            raise DivergedError(f"PPO diverged in iteration {self.iterations + 1}: a loss or the weights are not "
+                                "finite (NaN or inf); try a smaller learning_rate or max_grad_norm")
         self.env_steps += c.num_steps * c.num_envs
         self.iterations += 1
-        scores = torch.where(self.finished, self.scores, -1).cpu()  # the one host read per iteration
+        scores = read[:-1]
         return scores[scores >= 0]
 
     def collect(self):
@@ -309,7 +346,9 @@ class PPO:
             order = torch.randperm(batch, device=self.device)
             for start in range(0, batch, minibatch):
                 idx = order[start : start + minibatch]
-                self._update_fn(idx)
+                loss = self._update_fn(idx)
+                if self.scaler is None:  # with one, a step with inf in it is skipped, as it should be
+                    self._losses_finite &= loss.isfinite()
             if c.target_kl is not None and self._approx_kl(idx).item() > c.target_kl:
                 break  # the one host read of an update, once per epoch, only with target_kl
 
@@ -399,6 +438,12 @@ class PPO:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from ``state_dict()`` of a learner with the same settings, all or nothing.
+
+        The whole ``state`` is checked first (:func:`check_state`): anything wrong raises
+        ``TypeError`` or ``ValueError`` naming the entry, and the learner stays exactly as it was.
+        """
+        self.check_state(state)
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"])
         if self.scaler is not None and "scaler" in state:  # a run started in another precision has none
@@ -407,6 +452,19 @@ class PPO:
         self.next_obs = state["next_obs"].to(self.device)
         self.env_steps = int(state["env_steps"])
         self.iterations = int(state["iterations"])
+
+    def check_state(self, state) -> None:
+        """Raise naming the entry unless :meth:`load_state_dict` can take all of ``state``; changes nothing."""
+        check_entries("state", state, ("model", "optimizer", "env", "next_obs", "env_steps", "iterations"))
+        check_weights("state['model']", state["model"], self.model)
+        check_optimizer_state("state['optimizer']", state["optimizer"], self.optimizer)
+        if self.scaler is not None and "scaler" in state:
+            check_entries("state['scaler']", state["scaler"], ("scale",))
+            check_number("state['scaler']['scale']", state["scaler"]["scale"], above=0)
+        check_env_state("state['env']", state["env"], self.env)
+        check_finite_tensor("state['next_obs']", state["next_obs"], self.next_obs.shape)
+        for name in ("env_steps", "iterations"):
+            check_int(f"state[{name!r}]", state[name], 0)
 
 
 def ppo_with_rollout(dtype: torch.dtype = torch.float64, **config) -> PPO:

@@ -50,7 +50,14 @@ from ..gpu.distributed import (
 from ..measure.timing import time_callable
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from .ppo import PPO, PPOConfig, ppo_with_rollout
-from .training import FORMAT, ScoreCurve, TrainingResult, _check_budget, run_iterations
+from .training import (
+    ScoreCurve,
+    TrainingResult,
+    _check_budget,
+    check_checkpoint,
+    for_device,
+    run_iterations,
+)
 
 
 class DataParallelActorCritic(DistributedDataParallel):
@@ -121,10 +128,17 @@ class DistributedPPO(PPO):
 
 def _resume(path: Path, device: torch.device) -> tuple[DistributedPPO, ScoreCurve, float]:
     state = load_checkpoint(path)
-    if state.get("format") != FORMAT or state.get("algorithm") != "ppo":
-        raise CheckpointError(f"{path} is not a PPO training checkpoint of this package")
-    learner = DistributedPPO(PPOConfig(**{**state["config"], "device": str(device)}))
-    learner.load_state_dict(state["learner"])
+    check_checkpoint(state, path)  # the same checks and device translation as one process's resume
+    if state["algorithm"] != "ppo":
+        raise CheckpointError(f"{path}: algorithm is {state['algorithm']!r}: data-parallel training is PPO only")
+    config, changes = for_device(dict(state["config"]), str(device))
+    if changes and dist.get_rank() == 0:
+        print(f"Resuming on {device}: " + "; ".join(changes))
+    try:
+        learner = DistributedPPO(PPOConfig(**config))
+        learner.load_state_dict(state["learner"])
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{path}: {error}") from None
     if learner.rank == 0:
         torch.set_rng_state(state["rng"]["torch"])
     return learner, ScoreCurve(state["curve"], state["recent_scores"], int(state["episodes"])), float(state["seconds"])

@@ -30,6 +30,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .dqn import DQN, DQNConfig
+from .nets import DivergedError
 from .ppo import PPO, PPOConfig
 
 FORMAT = "rlgpu-train/1"
@@ -107,15 +108,89 @@ def load_learner(path: str | Path, device: str | None = None):
     return _restore(load_checkpoint(path), path, device)
 
 
+CUDA_ONLY = {"cuda_graphs": (True, False, "CUDA graphs need a CUDA GPU"),
+             "precision": ("tf32", "fp32", "TF32 is a mode of CUDA matmuls; the weights are float32 either way")}
+"""The settings only a CUDA GPU runs: ``name: (value, what it becomes elsewhere, why)``."""
+
+
+def for_device(config: dict, device: str) -> tuple[dict, list[str]]:
+    """``config`` moved to ``device``, with its CUDA-only settings translated off a GPU, and what changed.
+
+    Nothing a run learned depends on them: CUDA graphs replay the same operations, and TF32
+    only rounds float32 matmuls. ``compile`` and the autocast precisions run everywhere and stay.
+    """
+    moved, changes = {**config, "device": device}, []
+    if get_device(device, param="device").type != "cuda":
+        for name, (value, elsewhere, why) in CUDA_ONLY.items():
+            if moved.get(name) == value:
+                moved[name] = elsewhere
+                changes.append(f"{name}={value!r} -> {elsewhere!r} ({why})")
+    return moved, changes
+
+
+def check_checkpoint(state: dict, path) -> None:
+    """Raise :class:`CheckpointError` naming the field unless ``state`` is a whole training checkpoint.
+
+    The learner's own part is checked when it is loaded (all or nothing); this checks the rest.
+    """
+    def fail(field, why):
+        raise CheckpointError(f"{path}: {field} {why}")
+
+    if state.get("format") != FORMAT:
+        fail("format", f"is {state.get('format')!r}, not {FORMAT!r}: not a training checkpoint of this version "
+                       "of the package")
+    if state.get("algorithm") not in ALGORITHMS:
+        fail("algorithm", f"is {state.get('algorithm')!r}, not one of {sorted(ALGORITHMS)}")
+    kinds = {"config": dict, "learner": dict, "rng": dict, "curve": list, "recent_scores": list,
+             "seconds": (int, float), "episodes": int}
+    for field, kind in kinds.items():
+        if field not in state:
+            fail(field, "is missing")
+        if not isinstance(state[field], kind) or isinstance(state[field], bool):
+            fail(field, f"is a {type(state[field]).__name__}, not a {getattr(kind, '__name__', 'number')}")
+    if not (math.isfinite(state["seconds"]) and state["seconds"] >= 0) or state["episodes"] < 0:
+        fail("seconds or episodes", f"are {state['seconds']!r} and {state['episodes']!r}: must be >= 0 and finite")
+    fields = {f.name for f in dataclasses.fields(ALGORITHMS[state["algorithm"]][0])}
+    missing, unknown = sorted(fields - set(state["config"])), sorted(set(state["config"]) - fields)
+    if missing or unknown:
+        wrong = " and ".join(([f"lacks {missing}"] if missing else []) + ([f"has unknown {unknown}"] if unknown else []))
+        fail("config", f"{wrong}: saved by another version of the package")
+    for i, point in enumerate(state["curve"]):
+        if not isinstance(point, dict) or set(point) != {"seconds", "env_steps", "mean_score", "episodes"}:
+            fail(f"curve[{i}]", f"is {point!r}, not a point of a learning curve")
+    if not all(isinstance(score, int) and not isinstance(score, bool) for score in state["recent_scores"]):
+        fail("recent_scores", "must hold int scores")
+    rng = state["rng"]
+    if not isinstance(rng.get("torch"), torch.Tensor) or not isinstance(rng.get("cuda"), list):
+        fail("rng", "must hold a tensor 'torch' and a list 'cuda'")
+    try:
+        torch.Generator().set_state(rng["torch"])  # a spare generator: the real one is set only once all fits
+    except (RuntimeError, TypeError) as error:
+        fail("rng['torch']", f"is not a CPU random state: {error}")
+    if not all(isinstance(s, torch.Tensor) and s.dtype == torch.uint8 for s in rng["cuda"]):
+        fail("rng['cuda']", "must be a list of CUDA random states (uint8 tensors)")
+
+
 def _restore(state: dict, path, device: str | None):
-    """The learner a loaded checkpoint ``state`` describes, with its saved state put back."""
-    if state.get("format") != FORMAT or state.get("algorithm") not in ALGORITHMS:
-        raise CheckpointError(f"{path} is not a training checkpoint of this package")
+    """The learner a loaded checkpoint ``state`` describes, with its saved state put back.
+
+    Everything is checked before anything is built or changed; what is wrong is a
+    :class:`CheckpointError` naming the field. ``device`` moves the learner (:func:`for_device`).
+    """
+    check_checkpoint(state, path)
     config = dict(state["config"])
     if device is not None:
-        config["device"] = str(device)
-    learner = make_learner(state["algorithm"], **config)
-    learner.load_state_dict(state["learner"])
+        config, changes = for_device(config, str(device))
+        if changes:
+            print(f"Resuming on {device}: " + "; ".join(changes))
+    try:
+        learner = make_learner(state["algorithm"], **config)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"{path}: config cannot build a learner here: {error}") from None
+    try:
+        learner.load_state_dict(state["learner"])
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{path}: learner: {error}") from None
     return learner
 
 
@@ -200,8 +275,9 @@ def _train(learner, path: Path | None, *, seconds, steps, resume, device, checkp
         curve = ScoreCurve(state["curve"], state["recent_scores"], int(state["episodes"]))
         spent = float(state["seconds"])
         torch.set_rng_state(state["rng"]["torch"])
-        if torch.cuda.is_available() and state["rng"]["cuda"]:
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        if torch.cuda.is_available():  # as many GPUs' states as both machines have
+            for index, rng in enumerate(state["rng"]["cuda"][: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(rng, index)
 
     spent = run_iterations(learner, curve, spent, seconds=seconds, steps=steps, path=path,
                            checkpoint_every_s=checkpoint_every_s, progress=progress)
@@ -238,7 +314,8 @@ def run_iterations(learner, curve: ScoreCurve, spent: float, *, seconds: float |
     budget used = the larger of spent / seconds and env steps / steps (the whole run, resumed
     parts included); each iteration anneals with it. The curve gets the finished games' scores
     and a point at most once a second; the checkpoint in ``path`` is written every
-    ``checkpoint_every_s`` seconds and at the end.
+    ``checkpoint_every_s`` seconds and at the end. An iteration whose loss or weights are not
+    finite raises ``DivergedError`` before anything is saved: the last good checkpoint stays.
 
     Several processes training one learner together (notebook 10) pass ``agree``, which turns
     this process's budget fraction into the one every process uses (rank 0's), so all of them
@@ -260,7 +337,13 @@ def run_iterations(learner, curve: ScoreCurve, spent: float, *, seconds: float |
     started, last_saved = time.perf_counter() - spent, time.perf_counter()
     try:
         while (budget := agree(used())) < 1.0:
-            curve.add(learner.iterate(budget_used=budget).tolist())
+            try:
+                scores = learner.iterate(budget_used=budget)
+            except DivergedError as error:
+                kept = (f"the last good checkpoint, {path}, is kept" if path is not None and path.exists()
+                        else "no checkpoint was written")
+                raise DivergedError(f"{error}; {kept}") from None
+            curve.add(scores.tolist())
             spent = time.perf_counter() - started
             if lead and curve.point(spent, learner.env_steps, force=used() >= 1.0):
                 bar.n = min(learner.env_steps, steps) if steps is not None else min(round(spent), round(seconds))

@@ -15,11 +15,13 @@ The techniques themselves are in ``gpu/``; this module measures PPO with them an
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 
 import torch
 
+from ..core.args import check_settings
 from ..core.checks import check_choice, check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import get_device
@@ -209,6 +211,31 @@ def ours_settings(device) -> dict:
     return {**suggested_settings(device), "obs_type": CAPSTONE_OBS}
 
 
+CHOSEN_FIELDS = ("num_envs", "precision", "compile", "cuda_graphs")
+"""The ``PPOConfig`` fields :func:`capstone_settings` chooses, which a record of its choice holds."""
+
+
+def check_chosen_settings(chosen, device, where: str) -> dict:
+    """The capstone settings a stored choice (``chosen``: :data:`CHOSEN_FIELDS` and their values) gives
+    on ``device``: ``ours_settings(device)`` updated with it, checked like ``train --set``.
+
+    A record may be edited by hand: a missing field, an unknown one, a value of the wrong type or
+    one ``PPOConfig`` refuses (``precision='fp64'``) is a ``ValueError`` or ``TypeError`` that
+    names ``where`` the record is and the key, now rather than in the run that would use it.
+    """
+    device = get_device(device, param="device")
+    chosen = check_settings(PPOConfig, chosen, f"the chosen settings in {where}")
+    missing = [name for name in CHOSEN_FIELDS if name not in chosen]
+    if missing:
+        raise ValueError(f"the chosen settings in {where} lack {missing}")
+    settings = {**ours_settings(device), **chosen}
+    try:
+        PPOConfig(**{**settings, "device": str(device)})
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"the chosen settings in {where}: {error}") from None
+    return settings
+
+
 @dataclasses.dataclass(frozen=True)
 class Choice:
     """One lesson's choice: the ``PPOConfig`` fields it set and why, in measured words."""
@@ -257,7 +284,7 @@ def average_score(points: list[dict], seconds: float) -> float:
     points = [(p["seconds"], p["mean_score"] or 0.0) for p in points]
     if not points or seconds <= 0:
         return 0.0
-    area = sum(score * (t_next - t) for (t, score), (t_next, _) in zip(points, points[1:]))
+    area = sum(score * (t_next - t) for (t, score), (t_next, _) in itertools.pairwise(points))
     last_t, last_score = points[-1]
     return (area + last_score * max(seconds - last_t, 0.0)) / seconds
 
