@@ -79,7 +79,9 @@ def execute(path: Path, timeout: int) -> None:
     client.execute()
     noisy = stderr_cells(notebook)
     if noisy:
-        raise SystemExit(f"{path}: cells {noisy} wrote to stderr; not saved")
+        said = "".join(f"\n--- cell {index}:\n" + "".join(output.get("text", "") for output in notebook.cells[index].outputs
+                                                         if output.get("name") == "stderr")[-2000:] for index in noisy)
+        raise SystemExit(f"{path}: cells {noisy} wrote to stderr; not saved{said}")
     show_final_progress(notebook)
     nbformat.write(notebook, path)
 
