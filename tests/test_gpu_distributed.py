@@ -327,3 +327,10 @@ def test_one_nccl_rank_trains_and_measures_on_the_gpu():
     measured = run_json(1, ["measure", "--device", "cuda", "--num-envs", "1024", "--num-steps", "16",
                             "--repeats", "2"], timeout_s=300)
     assert measured["device"] == "cuda" and measured["update_s"] > 0
+
+
+def test_check_global_mean_std_never_hangs_on_a_rank_that_never_returns(tmp_path):
+    yours = tmp_path / "yours.py"
+    yours.write_text("import time\n\ndef global_mean_std(x):\n    time.sleep(600)\n")
+    verdict = check_global_mean_std(yours, timeout_s=2.0)
+    assert verdict.startswith("not yet: a rank was still running after 8 s"), verdict

@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -326,9 +327,16 @@ def check_global_mean_std(path, name: str = "global_mean_std", *, world_size: in
     everything = torch.cat([_check_data(rank) for rank in range(world_size)])
     expected = (float(everything.mean()), float(everything.std()))
     with tempfile.TemporaryDirectory() as folder:
+        ranks = mp.spawn(_check_rank, args=(world_size, folder, str(path.resolve()), name, timeout_s),
+                         nprocs=world_size, join=False)
+        deadline = time.monotonic() + 4 * timeout_s  # the collectives' own timeout, then some: never hang
         try:
-            mp.spawn(_check_rank, args=(world_size, folder, str(path.resolve()), name, timeout_s),
-                     nprocs=world_size, join=True)
+            while not ranks.join(timeout=1.0):
+                if time.monotonic() > deadline:
+                    for process in ranks.processes:
+                        process.kill()
+                    return (f"not yet: a rank was still running after {4 * timeout_s:.0f} s, waiting for a "
+                            "collective another rank never called")
         except ProcessException as error:  # a rank's exception, as text: a wrong answer is no crash here
             last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
             return (f"not yet: a rank raised, or waited for a collective another rank never called "
