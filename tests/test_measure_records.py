@@ -11,24 +11,10 @@ import sys
 import time
 
 import pytest
+from test_measure import LABEL, REPORT, record
 
 from rlgpu_helpers.core.files import LockHeld, exclusive_lock
-from rlgpu_helpers.measure.records import (
-    FORMAT,
-    Record,
-    load_json,
-    load_reference,
-    save_json,
-    save_reference,
-)
-
-REPORT = {"gpu": None, "cpu": "Test CPU 9000", "logical_cores": 4}
-LABEL = "cpu-test-cpu-9000-4c"
-
-
-def record(n=256, value=1.5, machine=LABEL):
-    return Record(name="matmul", variant="float32", metric="throughput", value=value, unit="TFLOP/s",
-                  params={"n": n}, spread=0.25, machine=machine, date="2025-01-31")
+from rlgpu_helpers.measure.records import FORMAT, load_json, load_reference, save_json, save_reference
 
 
 def write_entries(path, entries):
@@ -36,7 +22,7 @@ def write_entries(path, entries):
 
 
 def entry(n, **changes):
-    return {**record(n).__dict__, "command": "cmd", **changes}
+    return {**record(n=n).__dict__, "command": "cmd", **changes}
 
 
 def test_a_bad_record_is_dropped_alone_and_named_with_its_index(tmp_path, capsys):
@@ -55,9 +41,9 @@ def test_a_second_copy_of_one_figure_is_refused(tmp_path, capsys):
     assert [(r.params["n"], r.value) for r in load_reference(tmp_path)] == [(1, 1.5), (2, 1.5)]
     assert "record 2 repeats record 0" in capsys.readouterr().out
     with pytest.raises(ValueError, match="records 0 and 1 both measure matmul"):
-        save_reference([record(1), record(1, value=2.0)], REPORT, "cmd", directory=tmp_path)
+        save_reference([record(n=1), record(n=1, value=2.0)], REPORT, "cmd", directory=tmp_path)
     with pytest.raises(ValueError, match="records 0 and 2 both measure"):
-        save_json(tmp_path / "x.json", [record(1), record(2), record(1)], REPORT, "cmd")
+        save_json(tmp_path / "x.json", [record(n=1), record(n=2), record(n=1)], REPORT, "cmd")
 
 
 def test_load_json_stays_strict(tmp_path):
@@ -69,7 +55,7 @@ def test_load_json_stays_strict(tmp_path):
 
 def _save_many(directory, start, count):
     for n in range(start, start + count):
-        save_reference([record(n)], REPORT, f"save {n}", directory=directory)
+        save_reference([record(n=n)], REPORT, f"save {n}", directory=directory)
 
 
 def test_concurrent_saves_keep_every_record(tmp_path):
