@@ -370,7 +370,8 @@ def run_rank(args: argparse.Namespace) -> int:
     """One rank of a data-parallel run: read torchrun's world, join the group, run, leave the group."""
     try:
         world = world_from_env()
-        device = rank_device(args.device if args.device is not None else get_device(), world)
+        default = "cpu" if args.rank_run is _rank_proof else None  # the proof is float64 on CPUs, on any machine
+        device = rank_device(args.device if args.device is not None else get_device(default), world)
         backend = check_backend(args.backend or default_backend(device), device)
     except (RuntimeError, ValueError) as error:
         raise UsageError(str(error)) from None
@@ -391,7 +392,8 @@ def add_rank(subparsers) -> None:
                     "LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, joins the process group and runs.")
     ranks = parser.add_subparsers(dest="rank_command", required=True, metavar="COMMAND")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--device", default=None, help="cpu or cuda (default: cuda if there is one, else cpu)")
+    common.add_argument("--device", default=None,
+                        help="cpu or cuda (default: cuda if there is one, else cpu; proof: cpu)")
     common.add_argument("--backend", choices=BACKENDS, default=None, help="default: nccl on cuda, gloo on cpu")
     common.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help="how long a collective waits for the other ranks (default: %(default)s)")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rlgpu_helpers.cli import main
+from rlgpu_helpers.core.device import get_device
 from rlgpu_helpers.learn.agents import load_agent
 
 
@@ -59,7 +60,8 @@ def test_train_then_play(tmp_path, capsys):
         (["train", "--choose", "--algo", "dqn"], "leave out --algo dqn"),
         (["train", "--choose", "--resume", "--out", "runs/x"], "leave out --resume"),
         (["train", "--set", "device=tpu", "--steps", "1"], "--set device='tpu': name='tpu' is not a device"),
-        (["train", "--envs", "1000000000", "--steps", "1"], "num_envs=1000000000 needs 5,440,000,000,000 bytes"),
+        (["train", "--envs", "1000000000", "--steps", "1", "--device", "cpu"],  # a CPU's 64 steps of 85 bytes
+         "num_envs=1000000000 needs 5,440,000,000,000 bytes"),
         (["train", "--algo", "dqn", "--set", "buffer_size=1000000000000", "--steps", "1"],
          "buffer_size=1000000000000 (buffer='tensor'): capacity=1000000000000 needs"),
     ],
@@ -185,9 +187,11 @@ def test_set_device_cuda_on_a_cpu_machine_is_a_usage_error(capsys):
 
 
 def test_memory_errors_name_the_bytes_needed_and_available(capsys):
+    """On the default device: a GPU host's error names the GPU's memory."""
     with pytest.raises(SystemExit):
         main(["train", "--envs", "1000000000", "--steps", "1"])
-    assert re.search(r"needs [0-9,]+ bytes \(.* GiB\) of cpu memory .*, but [0-9,]+ bytes \(.* GiB\) are available",
+    memory = re.escape(f"of {get_device()} memory")
+    assert re.search(rf"needs [0-9,]+ bytes \(.* GiB\) {memory} .*, but [0-9,]+ bytes \(.* GiB\) are available",
                      capsys.readouterr().err)
 
 

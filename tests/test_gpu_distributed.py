@@ -2,6 +2,7 @@
 one-process gradient of the concatenated batch and identical parameters on every rank; no_sync
 saves all-reduces; bad input and missing ranks fail with clear errors, never a hang."""
 
+import json
 import os
 import socket
 import subprocess
@@ -162,6 +163,21 @@ def test_ranks_started_with_different_settings_fail_on_every_rank():
         _, err = process.communicate(timeout=60)
         assert process.returncode != 0 and "rank 1 was started with other settings than rank 0" in err
         assert "'num_envs': (8, 16)" in err
+
+
+def test_on_a_gpu_machine_the_proof_runs_on_the_cpu_unless_told_otherwise(monkeypatch, tmp_path, capsys):
+    """``rank proof`` (``ddp_proof``, notebook 10) is float64 on gloo: a machine with CUDA does not change that."""
+    for name, value in (("is_available", lambda: True), ("device_count", lambda: 1), ("current_device", lambda: 0),
+                        ("set_device", lambda device: None), ("is_current_stream_capturing", lambda: False)):
+        monkeypatch.setattr(torch.cuda, name, value)  # as a one-GPU machine answers; no-ops on one
+    for name, value in rank_env(0, 1, free_port()).items():
+        monkeypatch.setenv(name, value)
+    assert cli_main(["rank", "proof", "--accumulation-steps", "2", "--json", str(tmp_path / "proof.json")]) == 0
+    result = json.loads((tmp_path / "proof.json").read_text())
+    assert result["backend"] == "gloo" and all(way["relative_difference"] < 1e-13 for way in result["ways"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["rank", "proof", "--device", "cuda", "--backend", "gloo"])
+    assert exit_info.value.code == 2 and "the proof runs in float64 on CPUs (gloo)" in capsys.readouterr().err
 
 
 def test_running_without_torchrun_says_how_to_start_it():

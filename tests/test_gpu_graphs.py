@@ -268,6 +268,47 @@ def test_a_checkpoint_of_a_host_run_loads_capturable_with_its_state_on_the_param
         "step": "meta", "exp_avg": "meta", "exp_avg_sq": "meta"}
 
 
+def test_a_loaded_optimizer_keeps_its_own_copy_of_a_live_state():
+    """``load_state_dict`` keeps a state tensor already on the right device as it is: without the copy, the loaded
+    optimizer's step moves the moments and step counter of the optimizer it was loaded from."""
+    source = trained_adam(lambda p: graph_safe_adam(p, 0.1, device="cpu"))
+    weight = source.param_groups[0]["params"][0]
+    before = {name: value.clone() for name, value in source.state[weight].items()}
+    loaded = graph_safe_adam([torch.nn.Parameter(weight.detach().clone())], 0.1, device="cpu")
+    load_optimizer_state(loaded, source.state_dict())
+    copy = loaded.param_groups[0]["params"][0]
+    copy.grad = torch.ones(3)
+    loaded.step()
+    for name, value in source.state[weight].items():
+        assert torch.equal(value, before[name]), name
+    assert loaded.state[copy]["step"].item() == before["step"].item() + 1
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
+def test_a_learner_loaded_from_a_live_learner_trains_without_moving_it(algorithm):
+    """A GPU test loaded a CUDA-graphed PPO's live state into an eager one and compared one update of each: the
+    eager step had moved the Adam moments the captured one then stepped from (and the loaded learner's last
+    observations were the source's own tensor). Loading copies: training the loaded learner leaves the source."""
+    def make():
+        if algorithm == "ppo":
+            return PPO(PPOConfig(num_envs=8, num_steps=4, hidden=8))
+        return DQN(DQNConfig(num_envs=8, buffer_size=64, learning_starts=8, steps_per_iteration=4, hidden=8))
+
+    source = make()
+    source.iterate(0.5)
+    before = through_a_file(source.state_dict())
+    loaded = make()
+    loaded.load_state_dict(source.state_dict())
+    observations = "next_obs" if algorithm == "ppo" else "obs"
+    assert getattr(loaded, observations).data_ptr() != getattr(source, observations).data_ptr()
+    loaded.iterate(0.5)
+    after = source.state_dict()
+    for key, entries in before["optimizer"]["state"].items():
+        for name, value in entries.items():
+            assert torch.equal(after["optimizer"]["state"][key][name], value), (key, name)
+    assert torch.equal(after[observations], before[observations])
+
+
 @pytest.mark.parametrize("algorithm", ["ppo", "dqn"])
 def test_a_resumed_compiled_learner_keeps_the_learning_rate_tensor_its_update_reads(algorithm):
     def make():
@@ -321,6 +362,13 @@ def test_replays_draw_fresh_random_numbers_and_make_no_sync():
 
 @CUDA_ONLY
 def test_ppo_with_cuda_graphs_trains_and_its_captured_update_equals_the_eager_one():
+    """From the same weights, Adam state and rollout, a replayed update and an eager one agree to float32 rounding.
+
+    Both learners are fp32 (no TF32 setting of their own) and uncompiled, and both Adams are graph-safe: the
+    same kernels run, the captured ones on the capture's stream. The eager learner loads the graphed one's live
+    state, so the load must copy Adam's moments: when it shared them, the eager step moved the moments the
+    replay then stepped from, and the weights differed by up to 5e-5 (20% of the learning rate).
+    """
     config = {"num_envs": 256, "num_steps": 16, "hidden": 32, "seed": 0, "device": "cuda"}
     graphed = PPO(PPOConfig(**config, cuda_graphs=True))
     first = [p.detach().clone() for p in graphed.model.parameters()]
@@ -328,16 +376,19 @@ def test_ppo_with_cuda_graphs_trains_and_its_captured_update_equals_the_eager_on
         graphed.iterate(i / 4)
     assert graphed._update_fn.graph is not None and graphed._rollout_fn.graph is not None
     assert any(not torch.equal(a, b) for a, b in zip(first, graphed.model.parameters()))
-    eager = PPO(PPOConfig(**config, compile=False))
+    eager = PPO(PPOConfig(**config))
+    eager.optimizer = graph_safe_adam(eager.model.parameters(), 1e-3, eps=1e-5, device="cuda")  # the same Adam
     eager.load_state_dict(graphed.state_dict())
     for name in ("obs", "actions", "logprobs", "advantages", "returns"):
         getattr(eager, name).copy_(getattr(graphed, name))
     idx = torch.randperm(256 * 16, device="cuda")[:1024]
-    eager.optimizer = graph_safe_adam(eager.model.parameters(), 1e-3, eps=1e-5, device="cuda")
-    eager.optimizer.load_state_dict(graphed.optimizer.state_dict())
-    eager.minibatch_update(idx)
-    graphed._update_fn(idx)
+    want = eager.minibatch_update(idx)
+    got = graphed._update_fn(idx)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     for p, q in zip(eager.model.parameters(), graphed.model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-7)  # the clipped gradients
+        # One Adam step (lr 2.5e-4 here) from gradients 1e-4 apart moves the weights ~3e-8 apart (measured on a
+        # CPU with perturbed gradients): 1e-6 allows for rounding, not for a different step.
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6)
     assert audit_syncs(lambda: graphed.rollout_step(0), "cuda").total == 0
 
@@ -395,3 +446,18 @@ def test_ppo_in_fp16_with_its_grad_scaler_trains_on_cuda_without_a_sync(launches
     assert learner.scaler.get_scale() > 0
     report = audit_syncs(learner.update, "cuda")
     assert report.total == 0, report
+
+
+@CUDA_ONLY
+@pytest.mark.parametrize("precision", ["tf32", "bf16", "fp16"])
+def test_ppo_compiled_and_captured_trains_on_cuda_in_each_precision(precision):
+    """The rollout step and GAE compile whole (``fullgraph=True``) in every precision and are then captured: nothing
+    they call may check a device again (``torch.cuda.device_count()`` cannot be traced; an fp16 run failed on it)."""
+    learner = PPO(PPOConfig(num_envs=256, num_steps=16, hidden=32, precision=precision, device="cuda", compile=True,
+                            cuda_graphs=True))
+    first = [p.detach().clone() for p in learner.model.parameters()]
+    for i in range(3):  # two warm-ups and the capture of each function, GAE's in the third iteration
+        learner.iterate(i / 3)
+    assert learner._rollout_fn.graph is not None and learner._gae_fn.graph is not None
+    assert learner._update_fn.graph is not None
+    assert any(not torch.equal(a, b) for a, b in zip(first, learner.model.parameters()))

@@ -110,6 +110,25 @@ def test_max_batch_stops_the_doubling():
     assert "everything up to max_batch=50 fit" in str(search)
 
 
+def test_on_a_gpu_each_trial_starts_from_an_empty_cache(monkeypatch):
+    """An H200's search fit batch 83,886,079 after 83,886,080, whose blocks all have the same sizes, had failed:
+    that trial ran from an empty cache (after a failure), the later ones found the previous trial's blocks cached.
+    Here a step fits up to 1,000 from an empty cache and up to 1,200 with a warm one: a fresh run fits 1,000."""
+    cache = {"warm": False}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: cache.update(warm=False))
+
+    def step(batch):
+        if batch > (1200 if cache["warm"] else 1000):
+            raise torch.OutOfMemoryError(f"batch {batch} does not fit (a test)")
+        cache["warm"] = True
+
+    search = find_max_batch_size(step, "cuda", start=16)
+    assert (search.largest_fit, search.first_failure) == (1000, 1001)
+
+
 def test_a_failed_step_leaves_nothing_alive():
     held = []
 

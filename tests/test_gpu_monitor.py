@@ -35,7 +35,8 @@ def test_the_monitor_samples_while_work_runs_and_its_thread_ends_on_stop():
     assert len(samples) >= 5 and all(isinstance(s, Sample) for s in samples)
     assert [s.time_s for s in samples] == sorted(s.time_s for s in samples)
     assert all(0 <= s.utilization_pct <= 100 and s.memory_mib > 0 for s in samples)
-    assert max(s.utilization_pct for s in samples) > 10  # the busy loop shows
+    one_core = 100 / monitor_module.logical_cores()  # psutil's share of all cores: 6.25% for one core of 16
+    assert max(s.utilization_pct for s in samples) > one_core / 2  # the busy loop shows
     assert monitor.source == PSUTIL_MEANING
 
 

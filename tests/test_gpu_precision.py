@@ -8,6 +8,7 @@ import torch
 
 import rlgpu_helpers
 from rlgpu_helpers.gpu.precision import (
+    PRECISIONS,
     DeviceTraits,
     PrecisionPolicy,
     autocast,
@@ -198,6 +199,24 @@ def test_precision_context_is_an_autocast_only_for_16_bit_names():
         assert not torch.is_autocast_enabled("cpu")
     with pytest.raises(ValueError, match="precision='int8'"):
         precision_context("int8", "cpu")
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_precision_context_takes_a_torch_device_as_it_is(monkeypatch, tf32_state, precision):
+    """PPO's compiled rollout enters it with the learner's torch.device. Checking that device again called
+    ``torch.cuda.device_count()``, which ``torch.compile(fullgraph=True)`` cannot trace: a GPU run failed on it."""
+    def untraceable(*args):
+        raise RuntimeError("torch.cuda.device_count() or current_device() called: compiled code cannot trace it")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(torch.cuda, "device_count", untraceable)
+    monkeypatch.setattr(torch.cuda, "current_device", untraceable)
+    with precision_context(precision, torch.device("cuda", 0)):
+        assert torch.is_autocast_enabled("cuda") is (precision in ("bf16", "fp16"))
+        assert tf32_matmuls() is uses_tf32(precision)
+    with pytest.raises(RuntimeError, match="cannot trace"):
+        precision_context(precision, "cuda")  # a name is still resolved, and checked, by get_device
 
 
 def test_step_flops_counts_the_matmuls():

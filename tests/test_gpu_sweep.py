@@ -148,9 +148,12 @@ def broken(device):
 
 @pytest.fixture
 def stubs(tmp_path, monkeypatch):
-    """Steps that run the functions of a stub module, in processes of their own like real steps."""
+    """Steps that run the functions of a stub module, in processes of their own like real steps.
+
+    The stub's folder goes before the path the tests run with: on the GPU image that path holds the
+    wheels the image lacks (gymnasium), which the steps import."""
     (tmp_path / "sweep_stub.py").write_text(STUB)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path), prepend=os.pathsep)
     return sweep.step_environment([], dry=True)
 
 

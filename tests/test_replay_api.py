@@ -6,7 +6,7 @@ import torch
 
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.replay import KINDS, make_buffer
-from rlgpu_helpers.replay.base import FIELDS
+from rlgpu_helpers.replay.base import _BAD, FIELDS
 
 UNIFORM = [kind for kind in KINDS if kind != "prioritized"]
 
@@ -262,7 +262,7 @@ def test_add_and_load_state_dict_refuse_the_same_transitions(kind, field, spoil,
     before = snapshot(buffer)
     bad = transitions(0, 3)
     spoil(bad)
-    with pytest.raises(ValueError, match=f"row 1 of this add holds {message}"):
+    with pytest.raises(ValueError, match=f"row 1 of the latest add holds {message}"):
         buffer.add(**bad)
     assert_unchanged(buffer, before)  # checked before anything was written
     state = {**{name: bad[name] for name in FIELDS}, "size": 3}
@@ -278,7 +278,7 @@ def test_add_and_load_state_dict_refuse_the_same_transitions(kind, field, spoil,
 def test_without_num_actions_any_action_from_0_up_is_valid():
     buffer = make_buffer("tensor", 4, (2,))
     buffer.add(**{**transitions(0, 2), "actions": torch.tensor([0, 7])})
-    with pytest.raises(ValueError, match=r"row 0 of this add holds action -1 \(must be >= 0\)"):
+    with pytest.raises(ValueError, match=r"row 0 of the latest add holds action -1 \(must be >= 0\)"):
         buffer.add(**{**transitions(0, 2), "actions": torch.tensor([-1, 0])})
     assert buffer.state_dict()["actions"].tolist() == [0, 7]
 
@@ -291,6 +291,38 @@ def test_a_capacity_that_cannot_fit_is_refused_naming_the_bytes(kind):
         make_buffer(kind, 10**13, (11,))
 
 
+def note_a_bad_row_late(buffer, row):
+    """What the value check of an add from a GPU does, on any machine: its note of a bad
+    ``terminated`` in ``row`` of the latest add reaches the host after that add has returned
+    (here it is recorded on the buffer's host check by hand, so no call has raised it yet)."""
+    bad = torch.arange(buffer.size) == row
+    code = 1 << _BAD.index("terminated that is not 0 or 1")
+    buffer._value_checks[torch.device("cpu")].record(bad, torch.full((buffer.size,), code))
+
+
+LATER_CALLS = {"state_dict": lambda buffer: buffer.state_dict(), "sample": lambda buffer: buffer.sample(4),
+               "gather": lambda buffer: buffer.gather(torch.arange(2)),
+               "add": lambda buffer: buffer.add(**transitions(0, 2))}
+"""The calls that must raise once a bad transition may have been stored."""
+
+
+@pytest.mark.parametrize("first", LATER_CALLS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_bad_row_noted_after_its_add_is_raised_by_any_later_call_until_a_state_is_loaded(kind, first):
+    buffer = make_buffer(kind, 8, (2,), num_actions=3)
+    buffer.add(**transitions(0, 3))
+    note_a_bad_row_late(buffer, 1)
+    with pytest.raises(ValueError, match="row 1 of the latest add holds terminated that is not 0 or 1"):
+        LATER_CALLS[first](buffer)
+    for call in LATER_CALLS.values():
+        with pytest.raises(ValueError, match="this buffer holds a bad transition"):
+            call(buffer)
+    clean = make_buffer(kind, 8, (2,), num_actions=3)
+    clean.add(**transitions(0, 3))
+    buffer.load_state_dict(clean.state_dict())  # a state replaces the bad row
+    assert len(buffer.sample(4)["rewards"]) == 4
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["tensor", "prioritized", "pinned", "host"])
 def test_on_a_gpu_add_checks_later_and_a_bad_state_is_never_saved(kind):
@@ -298,9 +330,15 @@ def test_on_a_gpu_add_checks_later_and_a_bad_state_is_never_saved(kind):
     good = {name: value.cuda() for name, value in transitions(0, 8).items()}
     buffer.add(**good)
     bad = {name: value.clone() for name, value in good.items()}
+    bad["terminated"] = bad["terminated"].float()  # 0.5 in a bool tensor would be True, a valid value
     bad["terminated"][5] = 0.5
-    assert audit_syncs(lambda: buffer.add(**bad), "cuda").total == 0  # no wait in add
-    with pytest.raises(ValueError, match="row 5 of the add .* holds terminated that is not 0 or 1"):
+    # One add, no warm-up call: a second bad add would raise the first one's note.
+    report = audit_syncs(lambda: buffer.add(**bad), "cuda", warmup=0)
+    # The host buffer's add waits for its copies into pageable memory, one per field, by design
+    # (replay/tensor.py's docstring); the others never wait.
+    waits = [row.where.split(":")[0] for row in report.rows for _ in range(row.count)]
+    assert waits == (["tensor.py"] * len(FIELDS) if kind == "host" else []), report
+    with pytest.raises(ValueError, match="row 5 of the latest add holds terminated that is not 0 or 1"):
         buffer.state_dict()  # waits for the check: a checkpoint never holds the bad row
     for call in (buffer.state_dict, lambda: buffer.sample(4), lambda: buffer.add(**good)):
         with pytest.raises(ValueError, match="this buffer holds a bad transition"):

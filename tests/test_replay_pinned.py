@@ -3,6 +3,8 @@ gather of the same indices, and starts the next one. (On CUDA: tests/test_gpu_cu
 
 import torch
 
+from rlgpu_helpers.gpu.sync import audit_syncs
+from rlgpu_helpers.replay.base import DTYPES, FIELDS
 from rlgpu_helpers.replay.pinned import PinnedReplayBuffer
 from rlgpu_helpers.replay.tensor import TensorReplayBuffer
 
@@ -50,3 +52,45 @@ def test_without_cuda_the_storage_is_ordinary_memory():
     buffer = filled()
     assert not buffer.pinned and buffer.device.type == "cpu"
     assert not buffer.obs.is_pinned() and list(buffer.memory_bytes()) == ["host"]
+
+
+def random_transitions(rows, device):
+    """``rows`` random transitions made on ``device``, as an env would hand them to ``add``."""
+    return dict(obs=torch.randn(rows, 11, device=device), actions=torch.randint(0, 3, (rows,), device=device),
+                rewards=torch.randn(rows, device=device), next_obs=torch.randn(rows, 11, device=device),
+                terminated=torch.rand(rows, device=device) < 0.1)
+
+
+def add_then_read_back(device, rows, work=lambda: None):
+    """Fill a pinned buffer with four adds of ``rows`` transitions made on ``device``, ``work()``
+    queued before each (on a GPU the copies then wait behind it), and check that it reads back
+    exactly what was added. Returns the sync audit of the last three adds.
+
+    The three adds are audited in one call without a warm-up call (which would add them twice),
+    so their copies may all be in flight when ``gather`` reads the storage: it waits on the last
+    add's event only, as ``sample`` does.
+    """
+    buffer = PinnedReplayBuffer(4 * rows, (11,), device)
+    added = [random_transitions(rows, device) for _ in range(4)]
+
+    def add(fields):
+        work()
+        buffer.add(**fields)
+
+    add(added[0])  # one-time set-up, outside the audit
+    report = audit_syncs(lambda: [add(fields) for fields in added[1:]], device, warmup=0)
+    gathered = buffer.gather(torch.arange(len(buffer)))
+    stored = buffer.state_dict()
+    for name in FIELDS:
+        expected = torch.cat([fields[name] for fields in added]).to("cpu", DTYPES[name])
+        assert torch.equal(gathered[name].cpu(), expected), name
+        assert torch.equal(stored[name], expected), name
+    batch = buffer.sample(256)
+    assert torch.equal(batch["obs"].cpu(), stored["obs"][batch["indices"].cpu()])
+    return report
+
+
+def test_add_does_not_wait_and_everything_added_is_read_back():
+    """On the host; on a GPU with the copies still in flight: tests/test_gpu_cuda.py."""
+    report = add_then_read_back("cpu", rows=16)
+    assert report.total == 0, report

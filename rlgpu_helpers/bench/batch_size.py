@@ -5,11 +5,13 @@ of one update step (:class:`UpdateStep`) of the course's networks (:data:`NETWOR
 
 * ``"batch_update"``: samples/s and peak memory against the batch size, powers of two
   (:func:`batch_sweep`). The peak is :func:`~rlgpu_helpers.gpu.memory.peak_memory`'s: the CUDA
-  allocator's count on a GPU, the profiler's memory accounting on a CPU;
+  allocator's count on a GPU, the profiler's memory accounting on a CPU. On a GPU also the
+  memory the caching allocator reserved from the card (:func:`~rlgpu_helpers.gpu.memory.peak_reserved`);
 * ``"max_batch"``: the largest batch that fits (:func:`max_batch_search`), found by
   ``gpu.memory.find_max_batch_size``: on a GPU against the card's real memory, on a CPU against
   a memory budget (:func:`default_budget_bytes`). Beside it, the limit predicted from the sweep's
-  memory per sample and the memory available; the target is that the two agree within 10%;
+  memory per sample and the memory available (:func:`predicted_max_batch`); the target is that the
+  two agree within 10%;
 * ``"utilization"``: NVML utilization (on a GPU; CPU % with psutil on a CPU) averaged over a short
   PPO training run (:func:`training_utilization`).
 
@@ -41,7 +43,7 @@ from tqdm.auto import tqdm
 from ..core.checks import check_choice, check_choices, check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of
-from ..gpu.memory import MIB, find_max_batch_size, peak_memory, release_memory, try_to_fit
+from ..gpu.memory import MIB, find_max_batch_size, peak_memory, peak_reserved, release_memory, try_to_fit
 from ..gpu.monitor import UtilizationMonitor
 from ..learn.nets import ActorCritic
 from ..learn.ppo import PPO, PPOConfig
@@ -71,6 +73,8 @@ TARGET_RATIO = 0.10
 """How far the batch found may be from the predicted limit (a fraction of it)."""
 SATURATION = 0.10
 """Samples/s within this fraction of the best counts as "stopped growing"."""
+PEAK_METRICS = ("peak memory", "peak reserved")
+"""The sweep's memory metrics: what the step's tensors hold at its peak, and (on a GPU) what the allocator reserved."""
 
 
 class UpdateStep:
@@ -141,8 +145,9 @@ def batch_sweep(device: str | torch.device | None = None, *, networks=tuple(NETW
     """Samples/s and peak memory of one update at each batch size, per network.
 
     Returns ``"batch_update"`` records, params ``{"batch_size", "device"}``: metric
-    ``"throughput"`` (samples/s, with its IQR) and ``"peak memory"`` (MiB). A batch that runs out
-    of device memory ends its network's sweep (printed).
+    ``"throughput"`` (samples/s, with its IQR), ``"peak memory"`` (MiB) and on a GPU ``"peak reserved"``
+    (MiB, what the card must give: :func:`~rlgpu_helpers.gpu.memory.peak_reserved`). A batch that runs
+    out of device memory ends its network's sweep (printed).
     """
     device = get_device(device, param="device")
     networks = check_choices("networks", networks, tuple(NETWORKS))
@@ -158,18 +163,26 @@ def batch_sweep(device: str | torch.device | None = None, *, networks=tuple(NETW
         if network not in steps:
             steps[network] = UpdateStep(network, device)
         step = steps[network]
-        measured, why = try_to_fit(lambda: (_rate(step, batch, device),
-                                            peak_memory(functools.partial(step, batch), device)), device)
+        measured, why = try_to_fit(lambda: (_rate(step, batch, device), *_peaks(step, batch, device)), device)
         if why is not None:
             too_big.add(network)
             print(f"{NETWORKS[network]}: batch {batch:,} ran out of {device.type} memory ({why}); "
                   "no larger batch measured")
             continue
-        (rate, spread), peak = measured
+        (rate, spread), *peaks = measured
         params = {"batch_size": batch, "device": device.type}
         records.append(Record(NAME, NETWORKS[network], "throughput", rate, "samples/s", params, spread, label))
-        records.append(Record(NAME, NETWORKS[network], "peak memory", peak / MIB, "MiB", params, None, label))
+        for metric, peak in zip(PEAK_METRICS, peaks):
+            records.append(Record(NAME, NETWORKS[network], metric, peak / MIB, "MiB", params, None, label))
     return records
+
+
+def _peaks(step: UpdateStep, batch: int, device: torch.device) -> tuple[int, ...]:
+    """Bytes of :data:`PEAK_METRICS` for ``step(batch)``: the peak everywhere, the reserved memory on a GPU."""
+    call = functools.partial(step, batch)
+    if device.type != "cuda":
+        return (peak_memory(call, device),)
+    return peak_memory(call, device), peak_reserved(call, device)
 
 
 PHASES = {
@@ -241,7 +254,8 @@ def fault_rates(network: str, batch_sizes, repeats: int) -> list[tuple[int, floa
     for batch in check_ints("batch_sizes", batch_sizes):
         step(batch)
         before = _minor_page_faults()
-        timing = time_callable(functools.partial(step, batch), warmup=1, repeats=check_int("repeats", repeats))
+        timing = time_callable(functools.partial(step, batch), warmup=1, repeats=check_int("repeats", repeats),
+                               device="cpu")  # the default, a GPU where there is one, would sync it in the count
         after = _minor_page_faults()
         faults = None if before is None else (after - before) / ((1 + repeats) * batch)
         rows.append((batch, *timing.rate(batch), faults))
@@ -318,16 +332,37 @@ def saturation_batch(records: Sequence[Record], variant: str, machine: str | Non
     return next(r.params["batch_size"] for r in rates if r.value >= (1 - tolerance) * best)
 
 
-def memory_per_sample(records: Sequence[Record], variant: str, machine: str | None = None) -> tuple[float, float]:
-    """Peak memory as ``fixed + per_sample * batch``: a least-squares line through the largest
-    half of the batches (where the fixed costs no longer dominate). Returns (fixed bytes, bytes
+def memory_per_sample(records: Sequence[Record], variant: str, machine: str | None = None,
+                      metric: str = "peak memory") -> tuple[float, float]:
+    """``metric`` (one of :data:`PEAK_METRICS`) as ``fixed + per_sample * batch``: a least-squares line
+    through the largest half of the batches (where the fixed costs, and on a GPU the 2 and 20 MiB
+    buffers the allocator gives tensors under 10 MiB, no longer dominate). Returns (fixed bytes, bytes
     per sample)."""
-    peaks = _of(records, NAME, variant, "peak memory", machine)
+    check_choice("metric", metric, PEAK_METRICS)
+    peaks = _of(records, NAME, variant, metric, machine)
     if len(peaks) < 2:
-        raise ValueError(f"need peak memory records at two batch sizes or more of {variant!r}, got {len(peaks)}")
+        raise ValueError(f"need {metric} records at two batch sizes or more of {variant!r}, got {len(peaks)}")
     chosen = peaks[len(peaks) // 2:] if len(peaks) >= 4 else peaks[-2:]
     slope, intercept = np.polyfit([r.params["batch_size"] for r in chosen], [r.value * MIB for r in chosen], 1)
     return float(intercept), float(slope)
+
+
+def predicted_max_batch(sweep: Sequence[Record], variant: str, available_bytes: int,
+                        machine: str | None = None) -> float | None:
+    """The largest batch of ``variant`` the sweep predicts: (available - fixed) / bytes per sample
+    (:func:`memory_per_sample`), or None without peaks at two batch sizes.
+
+    Where the sweep has ``"peak reserved"`` (a GPU's), the line is through it, not through ``"peak
+    memory"``: a step fits when the card can give what the caching allocator reserves, which at the
+    peak of a large step is more than its tensors hold (``gpu.memory.peak_reserved`` says why).
+    Predicted from the tensors alone, the limit came out 12% above the largest batch an H200 fit.
+    """
+    available_bytes = check_number("available_bytes", available_bytes, above=0)
+    for metric in reversed(PEAK_METRICS):
+        if len(_of(sweep, NAME, variant, metric, machine)) >= 2:
+            fixed, per_sample = memory_per_sample(sweep, variant, machine, metric)
+            return (available_bytes - fixed) / per_sample
+    return None
 
 
 def _available_bytes(device: torch.device, budget_bytes: int | None) -> int:
@@ -346,10 +381,9 @@ def max_batch_search(device: str | torch.device | None = None, sweep: Sequence[R
 
     Searches with ``find_max_batch_size`` (on a CPU under ``budget_bytes``, default
     :func:`default_budget_bytes`; on a GPU the real memory unless a budget is given). With
-    ``sweep`` records of this machine, also predicts the limit as (available - fixed) / per
-    sample from :func:`memory_per_sample`. Returns ``"max_batch"`` records (samples; metrics
-    ``"largest fit"``, ``"with margin"``, ``"predicted"``; params ``{"limit", "device",
-    "trials"}``).
+    ``sweep`` records of this machine, also predicts the limit (:func:`predicted_max_batch`).
+    Returns ``"max_batch"`` records (samples; metrics ``"largest fit"``, ``"with margin"``,
+    ``"predicted"``; params ``{"limit", "device", "trials"}``).
     """
     device = get_device(device, param="device")
     networks = check_choices("networks", networks, tuple(NETWORKS))
@@ -373,10 +407,10 @@ def max_batch_search(device: str | torch.device | None = None, sweep: Sequence[R
         records.append(Record(MAX_NAME, NETWORKS[network], "with margin", search.batch_size, "samples", params,
                               None, label))
         mine = [r for r in check_records(sweep) if r.machine == label and r.params.get("device") == device.type]
-        if len(_of(mine, NAME, NETWORKS[network], "peak memory")) >= 2:
-            fixed, per_sample = memory_per_sample(mine, NETWORKS[network])
-            records.append(Record(MAX_NAME, NETWORKS[network], "predicted", (available - fixed) / per_sample,
-                                  "samples", params, None, label))
+        predicted = predicted_max_batch(mine, NETWORKS[network], available)
+        if predicted is not None:
+            records.append(Record(MAX_NAME, NETWORKS[network], "predicted", predicted, "samples", params, None,
+                                  label))
         del step
         release_memory(device)
     return records

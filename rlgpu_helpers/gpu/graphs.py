@@ -319,6 +319,10 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
     * :data:`IMPLEMENTATION_OPTIONS` (``capturable`` and the like): a checkpoint from a CPU run
       would turn off ``capturable`` on a GPU. Adam's step counters then go where these say
       (on the parameter's device when capturable or fused, else on the host).
+
+    And ``load_state_dict`` keeps a saved state tensor that is already on the right device as it is:
+    an optimizer loaded from another's live ``state_dict()`` would share its moments and step
+    counters, and every step of either would move both. This copies each one.
     """
     built = [dict(group) for group in optimizer.param_groups]
     optimizer.load_state_dict(state)
@@ -337,3 +341,9 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
             step = optimizer.state.get(parameter, {}).get("step")
             if isinstance(step, torch.Tensor):
                 optimizer.state[parameter]["step"] = step.to(parameter.device if on_device else "cpu", torch.float32)
+    given = {id(value) for entries in state["state"].values() for value in entries.values()
+             if isinstance(value, torch.Tensor)}
+    for entries in optimizer.state.values():
+        for key, value in entries.items():
+            if isinstance(value, torch.Tensor) and id(value) in given:
+                entries[key] = value.clone()

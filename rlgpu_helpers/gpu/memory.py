@@ -14,8 +14,15 @@ does one step take?" and "how big a batch fits?":
   of a block only if the profiler saw it allocated, so there the warm-up is profiled too: without
   it the step's free of the previous step's gradients would go uncounted (or be counted with a
   stale size), and the peak would depend on what ran before.
+* :func:`peak_reserved` (CUDA only) is what the card must give for the same call: the most the
+  caching allocator reserved while it ran from an empty cache. It is more than ``peak_memory``: blocks
+  are rounded up, and a block freed during the call and split for a smaller tensor cannot hold a
+  later large one, which then takes a segment of its own (fragmentation).
 * :func:`find_max_batch_size` doubles the batch until a step runs out of memory, then bisects
-  between the last batch that fit and the first that did not. Running out of memory is
+  between the last batch that fit and the first that did not. On a GPU each trial starts from an
+  empty cache: one that found the previous trial's blocks cached could fit where a fresh run
+  does not (a GPU run's search fit batch 83,886,079 after 83,886,080 had failed from an empty
+  cache, although every block of the two steps has the same size). Running out of memory is
   ``torch.OutOfMemoryError``, or a CUDA library's own allocation failure, which reaches Python as
   a plain ``RuntimeError`` (cuBLAS's "CUBLAS_STATUS_ALLOC_FAILED"): :func:`try_to_fit` tells
   them apart from real errors, and recovers *outside* the ``except`` block, since inside it the
@@ -120,6 +127,25 @@ def peak_memory(fn: Callable[[], object], device: str | torch.device | None = No
     return peak
 
 
+def peak_reserved(fn: Callable[[], object], device: str | torch.device | None = None) -> int:
+    """Bytes the CUDA caching allocator reserved from the card at the peak of a second ``fn()``, started
+    from an empty cache, beyond what it held before: the free memory the call needs (see the module
+    docstring). The first call is a warm-up, as in :func:`peak_memory`. CUDA only: a CPU has no cache."""
+    _check_callable("fn", fn)
+    device = get_device(device, param="device")
+    if device.type != "cuda":
+        raise ValueError(f"device={str(device)!r}: peak_reserved measures the CUDA caching allocator; "
+                         "use peak_memory elsewhere")
+    fn()
+    synchronize(device)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_reserved(device)
+    fn()
+    synchronize(device)
+    return max(0, torch.cuda.max_memory_reserved(device) - before)
+
+
 def release_memory(device: str | torch.device | None = None) -> None:
     """Collect garbage and hand the caching allocator's free blocks back (after an OOM)."""
     device = get_device(device, param="device")
@@ -185,7 +211,9 @@ class BatchSearch:
 
 
 def _fits(step: Callable[[int], object], batch: int, device: torch.device) -> bool:
-    """Whether ``step(batch)`` ran without running out of memory."""
+    """Whether ``step(batch)`` ran without running out of memory, on a GPU from an empty cache."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     return try_to_fit(lambda: step(batch), device)[1] is None
 
 
@@ -197,6 +225,9 @@ def find_max_batch_size(step: Callable[[int], object], device: str | torch.devic
     grow: batch = start, 2 start, 4 start, ... until a step runs out of memory (or ``max_batch``)
     bisect: between the last batch that fit and the first that did not, down to one sample
     result: :class:`BatchSearch`; ``.batch_size`` is the largest fit less ``margin`` (a fraction)
+
+    On a GPU every trial starts from an empty cache, so that whether a batch fits does not depend on
+    the trials before it (the module docstring says why).
 
     ``budget_bytes`` runs every step under :func:`within_budget`. On a CPU it is required (there
     is no out-of-memory error to find); on a GPU, None means the card's real memory.

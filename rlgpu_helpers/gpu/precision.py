@@ -229,9 +229,13 @@ def precision_context(precision: str, device: str | torch.device | None = None):
     on a CPU all float32 is plain float32.
     Inside a function ``torch.compile`` traces, only the autocast is entered: the compiler cannot
     trace the TF32 setting, which must then be made around the compiled call (``PPO`` does).
+    A ``torch.device`` is taken as it is, as a resolved device (:func:`~rlgpu_helpers.core.device.get_device`
+    gives one): checking it again would call ``torch.cuda.device_count()``, which
+    ``torch.compile(fullgraph=True)`` cannot trace. A name or None is resolved with ``get_device``.
     """
     precision = check_precision("precision", precision)
-    device = get_device(device, param="device")
+    if not isinstance(device, torch.device):
+        device = get_device(device, param="device")
     autocast = torch.amp.autocast(device.type, dtype=AUTOCAST_DTYPES.get(precision, torch.bfloat16),
                                   enabled=precision in AUTOCAST_DTYPES)
     if torch.compiler.is_compiling():

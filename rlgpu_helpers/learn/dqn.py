@@ -281,7 +281,7 @@ class DQN:
         self.target.load_state_dict(state["target"])
         load_optimizer_state(self.optimizer, state["optimizer"])
         self.env.load_state_dict(state["env"])
-        self.obs = state["obs"].to(self.device)
+        self.obs = state["obs"].to(self.device, copy=True)  # shares nothing with the state's learner
         self.env_steps, self.vector_steps = int(state["env_steps"]), int(state["vector_steps"])
         self.updates = int(state["updates"])
 

@@ -333,6 +333,8 @@ class PPO:
 
         fp32 adds no context: the forward passes run as the code around the learner sets them
         (notebook 08 wraps a whole fp32 run in one autocast region to show what that does).
+        ``self.device`` was resolved once, in ``__init__``: ``precision_context`` takes it as it is, so the
+        compiled rollout checks no device (``torch.cuda.device_count()`` cannot be traced).
         """
         if self.config.precision == "fp32":
             return contextlib.nullcontext()
@@ -449,7 +451,7 @@ class PPO:
         if self.scaler is not None and "scaler" in state:  # a run started in another precision has none
             self.scaler.load_state_dict(state["scaler"])
         self.env.load_state_dict(state["env"])
-        self.next_obs = state["next_obs"].to(self.device)
+        self.next_obs = state["next_obs"].to(self.device, copy=True)  # shares nothing with the state's learner
         self.env_steps = int(state["env_steps"])
         self.iterations = int(state["iterations"])
 

@@ -78,11 +78,16 @@ def ring_slices(pos: int, count: int, capacity: int) -> list[tuple[slice, slice]
 
 
 def _describe_bad_row(num_actions: int | None, index: int, value: int, calls_ago: int) -> str:
-    """The error of ``add``'s value check: which row, and what is wrong with it (``_BAD``)."""
+    """The error of ``add``'s value check: which row, and what is wrong with it (``_BAD``).
+
+    ``calls_ago`` counts the adds since the bad one. The error may come from a later call
+    (``state_dict``, ``sample``, the next ``add``) when the check ran on a GPU, so the add is
+    named from the latest one, not from the call that raises.
+    """
     code, action = value & 0xFF, value >> 8
     allowed = ">= 0" if num_actions is None else f"in [0, {num_actions - 1}]"
     what = [text.format(f"{action} (must be {allowed})") for bit, text in enumerate(_BAD) if code >> bit & 1]
-    when = "this add" if calls_ago == 0 else f"the add {calls_ago} call(s) before this one"
+    when = "the latest add" if calls_ago == 0 else f"the add {calls_ago} call(s) before the latest one"
     return f"row {index} of {when} holds {' and '.join(what)}"
 
 

@@ -75,6 +75,7 @@ class PinnedReplayBuffer(TensorReplayBuffer):
         """The batch prefetched by the previous call (drawn now if there is none of this size);
         starts prefetching the next one. See the module docstring."""
         batch_size = self._check_sample(batch_size, generator)
+        self._raise_if_invalid()
         if self._next is None or self._next["indices"].shape[0] != batch_size:
             self._next = self._prefetch(batch_size, generator)
         batch, self._next = self._receive(self._next), self._prefetch(batch_size, generator)
