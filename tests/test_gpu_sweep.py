@@ -48,21 +48,42 @@ def test_every_suite_is_in_a_call_and_every_step_takes_its_options():
     assert all(names.index(step.needs) < names.index(step.name) for step in STEPS if step.needs)
 
 
-def test_the_calls_go_by_value_each_fits_its_share_and_the_gpu_rows_fit_half_an_hour():
-    assert [step.name for step in STEPS[:2]] == ["GPU tests", "unit tests"]
-    headline = {"env steps/s", "sync costs", "precision", "graphs: a PPO iteration", "graphs: the env step",
-                sweep.CHOICE, "time to score"}
-    assert {step.name for call in sweep.CALLS[1:3] for step in call.steps} == headline
+def test_the_calls_go_by_value_two_fit_a_quarter_hour_and_the_gpu_rows_fit_half_an_hour():
+    assert STEPS[0].name == "GPU tests"
+    headline = {"env steps/s", "precision", "graphs: a PPO iteration", "graphs: the env step", sweep.CHOICE,
+                "time to score"}
+    assert {step.name for call in sweep.CALLS[:2] for step in call.steps} == headline | {"GPU tests"}
     assert sweep.CALL_S <= 8 * 60 and sweep.STEPS_S + sweep.CALL_OVERHEAD_S == sweep.CALL_S
     for call in sweep.CALLS:
         assert call.estimate_s <= sweep.STEPS_S, call.about
+    assert sweep.fitting_calls(900) == [1, 2]  # a lease of 15 minutes
     first = sweep.fitting_calls(1800)
     assert first == [1, 2, 3, 4]
     in_time = {step.suite for number in first for step in sweep.CALLS[number - 1].steps}
     assert in_time >= {name for name, suite in SUITES.items() if not suite.cpu_only}  # every notebook's GPU rows
     text = sweep.plan(1800)
     assert "calls 1, 2, 3, 4 fit" in text and "left out: call 5 (graphs: acting and the update;" in text
-    assert "Budget 200 s: calls none fit" in sweep.plan(200)
+    assert "Budget 50 s: calls none fit" in sweep.plan(50)
+
+
+def test_a_test_step_past_its_time_is_interrupted_and_still_prints_its_failures(tmp_path):
+    """SIGINT before SIGKILL: pytest, interrupted, prints the tracebacks of the failures it has seen."""
+    (tmp_path / "test_stub_slow.py").write_text(textwrap.dedent("""
+        import time
+
+        def test_a_fails():
+            assert 1 == 2, "the failure a killed step would lose"
+
+        def test_b_sleeps():
+            time.sleep(300)
+    """))
+    log = tmp_path / "step.log"
+    step = Step("stub tests", 5, tests=str(tmp_path / "test_stub_slow.py"))
+    outcome, summary, _ = sweep.run_step(step, device="cuda", data=tmp_path / "data", command="test", log=log,
+                                         env=dict(os.environ), seconds=8)
+    assert outcome == "timed out" and summary == "killed after 8 s: 0 passed, 1 failed, 0 error so far"
+    text = log.read_text()
+    assert "KeyboardInterrupt" in text and "the failure a killed step would lose" in text
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -1,25 +1,29 @@
-"""Every GPU measurement of the course within one short lease: run it first whenever a GPU is lent.
+"""Every GPU measurement of the course within short leases: run it first whenever a GPU is lent.
 
-The sweep is five calls, in order of value: the GPU tests, then the headline records (env steps/s
-by N, the time to a score with the settings chosen on the GPU, the precision and graph tables),
-then the rest. Each call is one command of the device tool, at most 7 minutes; the first four
-bring every notebook its GPU rows within 30 minutes of device time, the machine's start included.
-Each step runs in a process of its own, killed at twice its estimate or at its call's deadline,
-and a step that would not fit in what is left of the call is not started: a step that runs long
-loses its own records only. Nothing here has run on a GPU yet: the estimates are guesses, the
-limits are enforced, and the log says how long each step took.
+The sweep is five calls, in order of value: the GPU tests and the headline records of env steps/s,
+precision and graphs; the time to a score with the settings chosen on the GPU; the unit tests with
+CUDA present and the rest of the headline records; then the rest. Each call is one command of the
+device tool, at most 400 s: a lease of 15 minutes runs the first two back to back, the machine's
+start included. Each step runs in a process of its own, interrupted at twice its estimate or at its
+call's deadline (SIGINT first, so that pytest prints the failures it has seen, then SIGKILL), and a
+step that would not fit in what is left of the call is not started: a step that runs long loses its
+own records only. The estimates are the times of the first run on an H200 (2026-11-26) where
+there is one, guesses elsewhere; the limits are enforced, and the log says how long each step took.
 
 Here, once, where pip reaches PyPI (the GPU machine has no network), and to see the plan:
 
     python tools/gpu_sweep.py --download-wheels .whl   # the packages the GPU image lacks
-    python tools/gpu_sweep.py --plan --budget 1800     # the calls, their steps, what fits in 30 min
+    python tools/gpu_sweep.py --plan --budget 900      # the calls, their steps, what fits in 15 min
 
 On the GPU machine, one call per command of the device tool, carrying the folder ``.whl``:
 
     python3 tools/gpu_sweep.py 1 --install-wheels .whl --out $OUT
 
-then put the files that came back into ``data/`` (``cp -r FILES/reference FILES/sweeps data/``)
-before the next call: a call skips the steps on file, and the ablation reads the capstone's choice.
+Each call's command starts from the tree as committed here: the files a call wrote on the machine
+are gone at the next call (the device tool sends the tree again), so put the files that came back
+into ``data/`` (``cp -r FILES/reference FILES/sweeps data/``) and commit them. A call skips the steps
+on file for this code, and a step that needs another's records (the ablation reads the capstone's
+choice) runs only once those are on file.
 
 Each step's records go into ``data/reference/<machine>.json`` as soon as the step ends (the GPU's
 file; the CPU's for what measures the CPU, such as ``loop``), and each step ends with an entry in
@@ -68,17 +72,20 @@ from rlgpu_helpers.core.config import QUICK_ENV_VAR, is_quick  # noqa: E402
 from rlgpu_helpers.core.device import device_report, get_device, machine_label  # noqa: E402
 from rlgpu_helpers.core.files import DATA_ENV_VAR, atomic_write  # noqa: E402
 
-CALL_S = 420
-"""Each call's share of the lease, under the issue's 8 minutes (the device tool allows 10 per command)."""
-CALL_OVERHEAD_S = 45
+CALL_S = 400
+"""Each call's share of the lease: two fit in 15 minutes with the machine's start (the device tool allows 10 per command)."""
+CALL_OVERHEAD_S = 25
 """Of that share, what is not its steps': sending the tree and the wheels, installing them, copying the
-files back, and the machine held (warm, counted) until the next call comes."""
+files back, and the machine held (warm, counted) until the next call comes (about 10 s on the H200)."""
 STEPS_S = CALL_S - CALL_OVERHEAD_S
 """The deadline of a call's steps: a step that would end past it is cut off, or not started."""
-MACHINE_START_S = 120
-"""A fresh device machine starts in one to two minutes (the device tool's README), counted once."""
+MACHINE_START_S = 60
+"""A fresh device machine's start, counted once: about 30 s for the H200 (2026-11-26), up to two minutes
+by the device tool's README."""
 LIMIT_FACTOR = 2
 """A step is killed at this many times its estimate: it is stuck, or its sizes are wrong for this GPU."""
+INTERRUPT_GRACE_S = 15
+"""A step past its time gets SIGINT, then this long to end (pytest prints the failures it has seen) before SIGKILL."""
 DRY_RUN_LIMIT_S = 600
 """A dry run checks that each step runs, not how long it takes on a GPU: its steps get 10 minutes each, no deadline."""
 
@@ -140,25 +147,20 @@ PYTEST = ("-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rfE", "--continue-
 one line per test (what a step cut off had passed), and a module that cannot be collected (its
 tooling missing) reported without stopping the others."""
 
-# The estimates, on one H100 with 16 cores (guesses: nothing has run on a GPU yet). A timed point of a
-# suite takes about 1.5 s (a probe, then 5 to 9 runs of 0.1 to 0.2 s), a torch.compile 10 to 40 s, a
-# step's process about 5 s to start. Where a call has room after its own steps, a short step of the
-# rest fills it. The first four calls bring every notebook its GPU rows.
+# The estimates: the first run's times on an H200 with 16 cores (2026-11-26) where there is one (the GPU
+# tests took 118 s with 8 failing early, the env steps/s 81 s, the precision table 45 s, the graphs of
+# an iteration 23 to 50 s and of the env step 23 s; the unit tests had done 80% in 257 s on 8 workers),
+# guesses elsewhere: a timed point of a suite takes about 1.5 s, a torch.compile 10 to 40 s, a step's
+# process about 5 s to start. The first four calls bring every notebook its GPU rows.
 CALLS = (
-    Call("the GPU tests, the unit tests with CUDA present, data-parallel PPO", (
-        Step("GPU tests", 150, tests="tests -m gpu"),  # 35 tests, 6 of them compile
-        # On 8 workers, the longest test is the critical path: PPO learning a 6 x 6 grid on the CPU.
-        Step("unit tests", 180, tests="tests -m 'not gpu'", workers=8),
-        Step("ddp", 45, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
-    )),
-    Call("headline records: env steps/s by N with and without sync points, the precision and graph tables", (
-        Step("env steps/s", 90, "envs", sizes={"gym_num_envs": (1, 4, 16)}),  # 33 points
-        Step("precision", 60, "precision"),  # 32 points; PPO, 3 x 3 runs of 3 M steps
-        Step("graphs: a PPO iteration", 80, "graphs", f"{GRAPHS}:step_records", {"parts": ("iteration",)},
+    Call("the GPU tests; headline records: env steps/s by N, the precision and graph tables", (
+        Step("GPU tests", 150, tests="tests -m gpu"),  # 50 tests, 10 of them compile
+        Step("env steps/s", 85, "envs", sizes={"gym_num_envs": (1, 4, 16)}),  # 33 points
+        Step("precision", 50, "precision"),  # 32 points; PPO, 3 x 3 runs of 3 M steps
+        Step("graphs: a PPO iteration", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("iteration",)},
              {"num_envs": (65536,)}),  # 2 compiles of a whole iteration
-        Step("graphs: the env step", 70, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
+        Step("graphs: the env step", 30, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
              {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
-        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
     )),
     Call("headline records: the time to a score, with the settings chosen on the GPU for a run of 60 s", (
         # 5 trials of 20 s, then the launch settings timed: 2 compiles of a whole iteration
@@ -166,12 +168,18 @@ CALLS = (
         Step("time to score", 195, "training", options={"setups": ("ours",)},
              sizes={"seeds": (0, 1, 2), "budget_s": 60.0}, needs=CHOICE),
     )),
-    Call("ceilings, launches, transfers, replay buffers, batch size, accumulation, one operator by size", (
+    Call("the unit tests with CUDA present, data-parallel PPO, batch size", (
+        # On 14 workers, the longest test is the critical path: PPO learning a 6 x 6 grid on the CPU.
+        Step("unit tests", 240, tests="tests -m 'not gpu'", workers=14),
+        Step("ddp", 45, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
+        Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
+    )),
+    Call("sync costs, ceilings, launches, transfers, replay buffers, accumulation, one operator by size", (
+        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
         Step("ceilings", 50, "ceilings"),  # 36 points
         Step("launch", 30, "launch"),
         Step("transfers", 50, "transfers"),
         Step("replay", 80, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
-        Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
         Step("accumulation", 40, "accumulation"),
         Step("graphs: one operator by size", 15, "graphs", f"{GRAPHS}:op_time_by_size"),
         Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
@@ -323,6 +331,22 @@ def step_environment(site: list[str], dry: bool) -> dict:
     return env
 
 
+def stop(process: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> None:
+    """End ``process`` and its group (torchrun's ranks, pytest's workers, compile workers): SIGINT, then
+    SIGKILL after ``grace_s``. Interrupted, pytest still prints its summary: the failures it has seen,
+    which a step killed outright would lose."""
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # what is left of the group, the leader too if it is still there
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
 def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, env: dict,
              seconds: float) -> tuple[str, str, list[Path]]:
     """Run ``step`` in a process of its own, killed with its children after ``seconds``.
@@ -355,8 +379,7 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
             try:
                 code = process.wait(timeout=seconds)
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)  # the whole group: torchrun's ranks, compile workers
-                process.wait()
+                stop(process)
                 code = None
         text = log.read_bytes()[start:].decode(errors="replace")
         lines = [line.strip() for line in text.splitlines() if line.strip()]
