@@ -38,6 +38,7 @@ Where each lesson's helpers live:
 10    multi_gpu                   gpu.distributed, learn.ppo_ddp, bench.ddp
 11    capstone                    learn.ppo, learn.training, learn.checkpoint,
                                   learn.agents, learn.tune (the capstone's settings),
+                                  learn.symmetry, learn.wins,
                                   bench.time_to_score, bench.ablation
 ====  ==========================  ==========================================================
 

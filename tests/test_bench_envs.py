@@ -203,13 +203,13 @@ def test_async_crossover_rejects_mixed_machines_and_other_records():
     (lambda: vec_snake_throughput("cpu", num_envs=2.5), TypeError, r"num_envs=2.5 must be an int, or a sequence"),
     (lambda: vec_snake_throughput("cpu", obs_types=("rgb",)), ValueError, r"obs_types=\('rgb',\): 'rgb' is not one of"),
     (lambda: gym_vector_throughput(kinds=("threads",)), ValueError, r"kinds=\('threads',\): 'threads' is not one of"),
-    (lambda: snake_loop_throughput(obs_type="pixels"), ValueError, r"obs_type='pixels' must be one of \('features', 'grid', 'features_reach'\)"),
+    (lambda: snake_loop_throughput(obs_type="pixels"), ValueError, r"obs_type='pixels' must be one of \('features', 'grid', 'features_reach', 'ego_grid'\)"),
     (lambda: vec_snake_throughput("cpu", obs_types=7), TypeError, r"obs_types=7 must be one of"),
     (lambda: measure_env_throughput("cpu", vec_num_envs=()), ValueError, r"vec_num_envs=\(\) must not be empty"),
     (lambda: heavy_env_throughput((0.0, -1e-3)), ValueError, r"step_costs_s=\(0.0, -0.001\): step_costs_s\[1\]=-0.001 must be"),
     (lambda: heavy_env_throughput((0.0,), num_envs=True), TypeError, r"num_envs=True must be an int"),
     (lambda: heavy_env_throughput((0.0,), num_envs=(2, 4)), TypeError, r"num_envs=\(2, 4\) must be an int"),
-    (lambda: gym_vector_throughput(obs_type=("grid",)), ValueError, r"obs_type=\('grid',\) must be one of \('features', 'grid', 'features_reach'\)"),
+    (lambda: gym_vector_throughput(obs_type=("grid",)), ValueError, r"obs_type=\('grid',\) must be one of \('features', 'grid', 'features_reach', 'ego_grid'\)"),
 ])
 def test_bad_input_raises_naming_the_parameter_and_value(call, error, message):
     with pytest.raises(error, match=message):

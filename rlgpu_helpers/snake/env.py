@@ -34,8 +34,9 @@ RENDER_MODES = ("rgb_array",)
 class SnakeEnv(gymnasium.Env):
     """One game of Snake on a ``height x width`` grid (the rules are in ``rules.py``).
 
-    obs_type: ``"features"`` (11 floats), ``"grid"`` (``(3, height, width)``) or ``"features_reach"``
-        (15 floats), see ``rules.observe``.
+    obs_type: ``"features"`` (11 floats), ``"grid"`` (``(3, height, width)``), ``"features_reach"``
+        (15 floats) or ``"ego_grid"`` (``(3, S, S)``, ``S = rules.ego_size(height, width)``), see
+        ``rules.observe``.
     max_steps_without_food: truncate after this many steps without eating (default ``height * width``).
     render_mode: ``None`` or ``"rgb_array"`` (``render()`` returns a ``uint8`` image).
 
@@ -172,6 +173,8 @@ class SnakeEnv(gymnasium.Env):
             return self._grid_observation()
         if self.obs_type == "features_reach":
             return self._reach_observation()
+        if self.obs_type == "ego_grid":  # the rules' plain construction: this env is the baseline, not the fast path
+            return rules.observe(self.get_state(), self.height, self.width, "ego_grid")
         return self._feature_observation()
 
     def _grid_observation(self) -> np.ndarray:

@@ -19,9 +19,10 @@ from ..core.checks import check_choice, check_int
 
 MIN_SIZE, MAX_SIZE = 4, 64
 START_LENGTH = 3
-OBS_TYPES = ("features", "grid", "features_reach")
-"""``"features"`` (11 numbers), ``"grid"`` (3 x H x W) and ``"features_reach"`` (the 11, plus the free space
-each move leads to and the length: 15 numbers; notebook 11's capstone)."""
+OBS_TYPES = ("features", "grid", "features_reach", "ego_grid")
+"""``"features"`` (11 numbers), ``"grid"`` (3 x H x W), ``"features_reach"`` (the 11, plus the free space
+each move leads to and the length: 15 numbers; notebook 11's capstone) and ``"ego_grid"`` (the board
+seen from the head, heading up: 3 x S x S with ``S = ego_size(H, W)``)."""
 FIRST_OBS_TYPES = ("features", "grid")
 """The observations notebooks 01-04 measure the envs with."""
 NUM_ACTIONS = 3
@@ -43,6 +44,9 @@ DIRECTION_DELTAS = ((-1, 0), (0, 1), (1, 0), (0, -1))
 # Heading change of each action: straight, turn right (clockwise), turn left.
 ACTION_TURNS = (0, 1, 3)
 ACTION_NAMES = ("straight", "right", "left")
+MIRRORED_ACTIONS = (0, 2, 1)
+"""The action that plays ``a`` in the mirror image of a game (board reflected left-right):
+straight stays straight, right becomes left and left right."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,45 @@ def validate_state(state: SnakeState, height: int, width: int, max_steps_without
     check_int("state.steps_since_food", state.steps_since_food, 0, max_steps_without_food - 1)
 
 
+def mirror_state(state: SnakeState, height: int, width: int) -> SnakeState:
+    """The mirror image of ``state``: every column ``c`` becomes ``width - 1 - c``, right and left swap.
+
+    Snake is symmetric under this reflection: the mirrored game, played with the mirrored actions
+    (:data:`MIRRORED_ACTIONS`), goes through the mirrored states and earns the same rewards.
+    """
+    def mirror(cell):
+        return cell[0], width - 1 - cell[1]
+
+    return SnakeState(tuple(mirror(cell) for cell in state.body), (4 - state.direction) % 4,
+                      None if state.food is None else mirror(state.food), state.steps_since_food)
+
+
+def ego_size(height: int, width: int) -> int:
+    """Side of an ``"ego_grid"`` observation: ``2 * max(height, width) - 1``.
+
+    The head sits at the centre; the side must hold the whole board whichever way the snake
+    faces (a non-square board turned by 90 degrees swaps its height and width).
+    """
+    return 2 * max(height, width) - 1
+
+
+def ego_cell(direction: int, head: tuple[int, int], cell: tuple[int, int], size: int) -> tuple[int, int]:
+    """Where board ``cell`` appears in the ``size x size`` egocentric window of a head heading ``direction``.
+
+    The window's centre is the head; a cell ``k`` steps ahead is ``k`` rows above the centre, a
+    cell ``k`` steps to the snake's right is ``k`` columns right of it. So the actions straight,
+    right and left move the head up, right and left on the observation.
+    """
+    d_row, d_col = cell[0] - head[0], cell[1] - head[1]
+    ahead_row, ahead_col = DIRECTION_DELTAS[direction]
+    right_row, right_col = DIRECTION_DELTAS[(direction + 1) % 4]
+    centre = size // 2
+    return centre - (d_row * ahead_row + d_col * ahead_col), centre + d_row * right_row + d_col * right_col
+
+
 def observation_shape(obs_type: str, height: int, width: int) -> tuple[int, ...]:
+    if obs_type == "ego_grid":
+        return (3, ego_size(height, width), ego_size(height, width))
     return {"features": (NUM_FEATURES,), "features_reach": (NUM_REACH_FEATURES,)}.get(obs_type, (3, height, width))
 
 
@@ -174,6 +216,8 @@ def observe(state: SnakeState, height: int, width: int, obs_type: str) -> np.nda
     """The observation of ``state``, computed plainly from the rules (the reference for tests)."""
     if obs_type == "grid":
         return _observe_grid(state, height, width)
+    if obs_type == "ego_grid":
+        return _observe_ego_grid(state, height, width)
     if obs_type == "features_reach":
         return _observe_features_reach(state, height, width)
     return _observe_features(state, height, width)
@@ -188,6 +232,31 @@ def _observe_grid(state: SnakeState, height: int, width: int) -> np.ndarray:
         obs[1][cell] = (length - i) / length
     if state.food is not None:
         obs[2][state.food] = 1.0
+    return obs
+
+
+def _observe_ego_grid(state: SnakeState, height: int, width: int) -> np.ndarray:
+    """The board seen from the head, heading up (:func:`ego_cell`); the head is at the centre.
+
+    Channels: 0 body (remaining lifetime / length, as in ``"grid"``: head 1.0), 1 food, 2 off the
+    board (1.0 on every cell of the window that is not a cell of the board).
+    """
+    size = ego_size(height, width)
+    obs = np.zeros((3, size, size), dtype=np.float32)
+    obs[2] = 1.0
+    head = state.body[0]
+
+    def at(cell):
+        return ego_cell(state.direction, head, cell, size)
+
+    for row in range(height):
+        for col in range(width):
+            obs[2][at((row, col))] = 0.0
+    length = len(state.body)
+    for i, cell in enumerate(state.body):
+        obs[0][at(cell)] = (length - i) / length
+    if state.food is not None:
+        obs[1][at(state.food)] = 1.0
     return obs
 
 

@@ -156,7 +156,8 @@ def bytes_per_game(height: int, width: int, obs_type: str) -> int:
     ring = 1 << (height * width - 1).bit_length()
     state = cells * 8 + ring * 8 + height * 8 * 2 + 16 * 8  # stamps, ring, row counts, per-game numbers
     obs = 4 * int(np.prod(rules.observation_shape(obs_type, height, width)))
-    temporaries = {"grid": cells * 12, "features_reach": cells * 10}.get(obs_type, 64)
+    window = rules.ego_size(height, width) ** 2
+    temporaries = {"grid": cells * 12, "features_reach": cells * 10, "ego_grid": window * 40}.get(obs_type, 64)
     return state + 2 * obs + temporaries
 
 
@@ -167,8 +168,8 @@ class VecSnake(VectorEnv):
         num_envs: number of games N; refused, naming the bytes needed and available, where N games
             cannot fit in the device's memory (``bytes_per_game``), before anything is allocated.
         height, width: grid size, each 4..64.
-        obs_type: ``"features"`` (N, 11), ``"grid"`` (N, 3, H, W) or ``"features_reach"`` (N, 15), float32,
-            see ``rules``.
+        obs_type: ``"features"`` (N, 11), ``"grid"`` (N, 3, H, W), ``"features_reach"`` (N, 15) or
+            ``"ego_grid"`` (N, 3, S, S), ``S = rules.ego_size(H, W)``, float32, see ``rules``.
         max_steps_without_food: truncation limit, default ``height * width``, at most
             ``rules.MAX_STEPS_LIMIT`` (the steps since food are counted in int32).
         device: any torch device; every tensor in and out lives there.
@@ -260,6 +261,7 @@ class VecSnake(VectorEnv):
         self._start_age = torch.arange(rules.START_LENGTH, device=self.device)  # head 0 ... tail 2
         self._start_head = start[0]
         self._start_grid = _start_grid(H, W).to(self.device)
+        self._build_ego_tables()
         start_state = SnakeState(rules.start_body(H, W), rules.RIGHT, None)
         self._start_space = torch.from_numpy(rules.space_shares(start_state, H, W)).to(self.device)
         start_free = torch.full((H,), W)
@@ -272,6 +274,30 @@ class VecSnake(VectorEnv):
         # (a modulo costs several times more).
         self._ring_size = 1 << (H * W - 1).bit_length()
         self._ring_mask = self._ring_size - 1
+
+    def _build_ego_tables(self):
+        """``[direction, window cell]`` -> the row and column change from the head to the board
+        cell an ``"ego_grid"`` observation shows there (the inverse of ``rules.ego_cell``).
+
+        A window cell ``k`` rows above the centre is ``k`` steps ahead, ``k`` columns right of it
+        ``k`` steps to the snake's right: board change = ``ahead * k_up + right * k_right``.
+        """
+        size = rules.ego_size(self.height, self.width)
+        k = torch.arange(size) - size // 2
+        up, right = (-k)[:, None].expand(size, size), k[None, :].expand(size, size)
+        d_row, d_col = [], []
+        for direction in range(4):
+            ahead, side = rules.DIRECTION_DELTAS[direction], rules.DIRECTION_DELTAS[(direction + 1) % 4]
+            d_row.append((up * ahead[0] + right * side[0]).reshape(-1))
+            d_col.append((up * ahead[1] + right * side[1]).reshape(-1))
+        self._ego_size = size
+        self._ego_d_row = torch.stack(d_row).to(dtype=self._small, device=self.device)  # (4, size * size)
+        self._ego_d_col = torch.stack(d_col).to(dtype=self._small, device=self.device)
+        # [direction] -> (ahead row, ahead col, right row, right col): places one cell (the food) in the window.
+        frame = [rules.DIRECTION_DELTAS[d] + rules.DIRECTION_DELTAS[(d + 1) % 4] for d in range(4)]
+        self._ego_frame = torch.tensor(frame, dtype=self._small, device=self.device)
+        start = SnakeState(rules.start_body(self.height, self.width), rules.RIGHT, None)
+        self._start_ego = torch.from_numpy(rules.observe(start, self.height, self.width, "ego_grid")).to(self.device)
 
     def _padded(self, row: int, col: int) -> int:
         return (row + 1) * self._pitch + col
@@ -292,6 +318,7 @@ class VecSnake(VectorEnv):
         self._row_free_at = game * H
         self._first_row = game * self._rows  # index of each game's top wall row
         self._grid_obs_at = torch.arange(N, device=dev) * (3 * self._cells)  # of each grid observation
+        self._ego_obs_at = torch.arange(N, device=dev) * (3 * self._ego_size**2)  # of each ego_grid observation
         self._clock = torch.zeros(N, **i64)
         self._length = torch.zeros(N, **small)
         self._head = torch.zeros(N, **small)
@@ -397,6 +424,9 @@ class VecSnake(VectorEnv):
         if self.obs_type == "grid":
             final_obs = self._observe_grid(no_food=won)
             old_food = self._grid_food_at()
+        elif self.obs_type == "ego_grid":
+            final_obs = self._observe_ego_grid(no_food=won)
+            old_food = self._ego_food_at()
         else:
             danger = self._danger_code()
             final_obs = self._observe_features(danger, no_food=won)
@@ -417,6 +447,8 @@ class VecSnake(VectorEnv):
         self._place_food(done | (ate & ~won), None if frozen is None else moves)
         if self.obs_type == "grid":
             obs = self._next_grid(final_obs, done, old_food)
+        elif self.obs_type == "ego_grid":
+            obs = self._next_ego_grid(final_obs, done, old_food)
         else:
             obs = self._observe_features(danger.masked_fill_(done, 0))
             if self.obs_type == "features_reach":
@@ -474,6 +506,8 @@ class VecSnake(VectorEnv):
         """The observation of every game."""
         if self.obs_type == "grid":
             return self._observe_grid()
+        if self.obs_type == "ego_grid":
+            return self._observe_ego_grid()
         features = self._observe_features(self._danger_code())
         return self._with_space(features, self._space_shares()) if self.obs_type == "features_reach" else features
 
@@ -554,6 +588,52 @@ class VecSnake(VectorEnv):
             flat.scatter_(0, at + 2 * cells + food, 1.0)
         else:
             flat.scatter_(0, at + 2 * cells + food, (~no_food).to(torch.float32))
+        return obs
+
+    def _observe_ego_grid(self, no_food: torch.Tensor | None = None):
+        """``rules``' ``"ego_grid"``: each window cell reads one board cell, chosen by the head and heading.
+
+        The window cell's board row and column are the head's plus ``_ego_d_row`` / ``_ego_d_col``
+        of the heading; cells off the board read a wall (index 0 of the bordered grid) and are
+        masked. One ``index_select`` of the stamps gives the body's remaining lifetimes.
+        """
+        N, H, W, S = self.num_envs, self.height, self.width, self._ego_size
+        rows = self._row_of.index_select(0, self._head)[:, None] + self._ego_d_row.index_select(0, self._direction)
+        cols = self._col_of.index_select(0, self._head)[:, None] + self._ego_d_col.index_select(0, self._direction)
+        off_board = (rows < 0) | (rows >= H) | (cols < 0) | (cols >= W)  # (N, S * S)
+        cells = torch.where(off_board, 0, (rows + 1) * self._pitch + cols).add_(self._stamp_at[:, None])
+        stamps = self._stamp.view(-1).index_select(0, cells.view(-1)).view(N, -1)
+        obs = torch.empty(N, 3, S * S, dtype=torch.float32, device=self.device)
+        # As in _observe_grid: remaining lifetime over length, in int64 then float32, divided.
+        life = (stamps - (self._clock - self._length)[:, None]).to(torch.float32)
+        obs[:, 0] = life.clamp_(min=0.0).div_(self._length.to(torch.float32)[:, None]).masked_fill_(off_board, 0.0)
+        obs[:, 0, (S // 2) * S + S // 2] = 1.0  # the head: its stamp may not be written yet in a step
+        obs[:, 1] = 0.0
+        obs[:, 2] = off_board
+        food = 1.0 if no_food is None else (~no_food).to(torch.float32)
+        obs.view(-1).scatter_(0, self._ego_food_at(), food)
+        return obs.view(N, 3, S, S)
+
+    def _ego_food_at(self) -> torch.Tensor:
+        """Where each game's food is in the flattened ego_grid observations (the food channel)."""
+        S = self._ego_size
+        d_row = self._row_of.index_select(0, self._food) - self._row_of.index_select(0, self._head)
+        d_col = self._col_of.index_select(0, self._food) - self._col_of.index_select(0, self._head)
+        frame = self._ego_frame.index_select(0, self._direction)
+        ahead = d_row * frame[:, 0] + d_col * frame[:, 1]
+        right = d_row * frame[:, 2] + d_col * frame[:, 3]
+        return self._ego_obs_at + S * S + (S // 2 - ahead) * S + (S // 2 + right)
+
+    def _next_ego_grid(self, final_obs: torch.Tensor, done: torch.Tensor, old_food: torch.Tensor) -> torch.Tensor:
+        """The ego_grid observation after restarts and new food, patched from ``final_obs`` as ``_next_grid`` does.
+
+        A game that goes on keeps its head and heading, so its window shows what ``final_obs``
+        shows but the food; a restarted game shows the start window.
+        """
+        obs = torch.where(done[:, None, None, None], self._start_ego, final_obs)
+        flat = obs.view(-1)
+        flat.scatter_(0, old_food, 0.0)
+        flat.scatter_(0, self._ego_food_at(), 1.0)
         return obs
 
     def _grid_food_at(self) -> torch.Tensor:
