@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -66,8 +67,12 @@ def test_the_calls_go_by_value_two_fit_a_quarter_hour_and_the_gpu_rows_fit_half_
     assert "Budget 50 s: calls none fit" in sweep.plan(50)
 
 
-def test_a_test_step_past_its_time_is_interrupted_and_still_prints_its_failures(tmp_path):
-    """SIGINT before SIGKILL: pytest, interrupted, prints the tracebacks of the failures it has seen."""
+@pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint default", "sigint ignored"])
+def test_a_test_step_past_its_time_is_interrupted_and_still_prints_its_failures(tmp_path, monkeypatch, sigint):
+    """SIGINT before SIGKILL: pytest, interrupted, prints the tracebacks of the failures it has seen, also
+    where the sweep itself runs with SIGINT ignored (a background job of a shell script, as in CI)."""
+    previous = signal.signal(signal.SIGINT, sigint)  # what the step's process would inherit
+    monkeypatch.setattr(sweep, "INTERRUPT_GRACE_S", 60)  # a step that ends only at SIGKILL would print nothing
     (tmp_path / "test_stub_slow.py").write_text(textwrap.dedent("""
         import time
 
@@ -79,8 +84,11 @@ def test_a_test_step_past_its_time_is_interrupted_and_still_prints_its_failures(
     """))
     log = tmp_path / "step.log"
     step = Step("stub tests", 5, tests=str(tmp_path / "test_stub_slow.py"))
-    outcome, summary, _ = sweep.run_step(step, device="cuda", data=tmp_path / "data", command="test", log=log,
-                                         env=dict(os.environ), seconds=8)
+    try:
+        outcome, summary, _ = sweep.run_step(step, device="cuda", data=tmp_path / "data", command="test", log=log,
+                                             env=dict(os.environ), seconds=8)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert outcome == "timed out" and summary == "killed after 8 s: 0 passed, 1 failed, 0 error so far"
     text = log.read_text()
     assert "KeyboardInterrupt" in text and "the failure a killed step would lose" in text

@@ -331,13 +331,24 @@ def step_environment(site: list[str], dry: bool) -> dict:
     return env
 
 
-def stop(process: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> None:
+def interruptible() -> None:
+    """In a step's process, before its program starts: SIGINT back to its default action.
+
+    A background job of a non-interactive shell (a CI script's ``&``) starts with SIGINT ignored,
+    and an ignored signal stays ignored in every process it starts: Python would then never raise
+    KeyboardInterrupt, and :func:`stop` could only kill the step. With the default action at its
+    start, Python installs its own handler and an interrupted pytest prints its summary.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop(process: subprocess.Popen) -> None:
     """End ``process`` and its group (torchrun's ranks, pytest's workers, compile workers): SIGINT, then
-    SIGKILL after ``grace_s``. Interrupted, pytest still prints its summary: the failures it has seen,
+    SIGKILL after :data:`INTERRUPT_GRACE_S`. Interrupted, pytest still prints its summary: the failures it has seen,
     which a step killed outright would lose."""
     os.killpg(process.pid, signal.SIGINT)
     try:
-        process.wait(timeout=grace_s)
+        process.wait(timeout=INTERRUPT_GRACE_S)
     except subprocess.TimeoutExpired:
         pass
     try:
@@ -375,7 +386,7 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
             output.flush()
             start = output.tell()
             process = subprocess.Popen([sys.executable, *arguments], cwd=ROOT, env=env, stdout=output,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+                                       stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=interruptible)
             try:
                 code = process.wait(timeout=seconds)
             except subprocess.TimeoutExpired:
