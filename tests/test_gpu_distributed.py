@@ -133,7 +133,9 @@ def test_check_global_mean_std_runs_your_function_on_two_real_ranks(tmp_path):
     verdicts = {}
     for name, source in files.items():
         (tmp_path / f"{name}.py").write_text(source)
-        verdicts[name] = check_global_mean_std(tmp_path / f"{name}.py", "advantage_stats", timeout_s=20)
+        # A generous timeout: it bounds only a hang, and the deadline (4x) includes starting two processes
+        # that import torch, which took over 80 s on a CI machine running two test suites at once.
+        verdicts[name] = check_global_mean_std(tmp_path / f"{name}.py", "advantage_stats", timeout_s=60)
     assert verdicts["naive"].startswith("not yet: rank 0 got mean") and "rank 1 got" in verdicts["naive"]
     assert verdicts["one_pass"].startswith("right: all 2 ranks got the mean")
     assert verdicts["package"] == verdicts["one_pass"]
