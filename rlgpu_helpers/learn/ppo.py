@@ -167,14 +167,14 @@ class PPOConfig:
             check_number("target_kl", self.target_kl, above=0)
 
 
-def sample_actions(logits: torch.Tensor) -> torch.Tensor:
+def sample_actions(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """One action per row drawn from ``softmax(logits)``, without a host sync.
 
     The Gumbel-max trick: ``argmax(logits + g)`` with ``g = -log(e)``, ``e ~ Exponential(1)``,
     is exactly a draw from the softmax distribution. Unlike ``Categorical.sample``, nothing in
-    it waits for the device.
+    it waits for the device. ``generator`` seeds the draws (an evaluation's); None uses torch's own.
     """
-    return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)
+    return (logits - torch.empty_like(logits).exponential_(generator=generator).log()).argmax(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma: float, gae_lambda: float):

@@ -21,6 +21,7 @@ import torch
 from ..core.checks import check_bool, check_int, check_seed
 from ..snake import rules
 from ..snake.vec import VecSnake
+from .ppo import sample_actions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,12 +58,6 @@ class WinRecord:
         return float(np.median(self.scores))
 
 
-def _sample(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One action per row from ``softmax(logits)``, by the Gumbel-max trick (as ``ppo.sample_actions``), seeded."""
-    noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device).exponential_(generator=generator)
-    return (logits.float() - noise.log()).argmax(-1)
-
-
 def evaluate_wins(policy, games: int = 100, *, height: int = 10, width: int = 10, obs_type: str = "features",
                   seed: int = 0, greedy: bool = True, device: str | torch.device = "cpu",
                   max_steps_without_food: int | None = None) -> WinRecord:
@@ -92,7 +87,7 @@ def evaluate_wins(policy, games: int = 100, *, height: int = 10, width: int = 10
         if not isinstance(logits, torch.Tensor) or logits.shape != (games, rules.NUM_ACTIONS):
             got = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
             raise ValueError(f"policy returned {got}: it must return logits of shape ({games}, {rules.NUM_ACTIONS})")
-        actions = logits.argmax(-1) if greedy else _sample(logits, generator)
+        actions = logits.argmax(-1) if greedy else sample_actions(logits.float(), generator)
         obs, _, terminated, truncated, info = env.step(actions)
         first = (terminated | truncated) & ~finished  # the slot's first game ends now
         scores = torch.where(first, info["episode"]["score"].to(torch.int64), scores)
