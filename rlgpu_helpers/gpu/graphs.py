@@ -210,6 +210,18 @@ def check_cuda(device, what: str = "CUDA graphs") -> torch.device:
     return device
 
 
+def static_copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` that a compiled function takes for ``x`` itself: an inference tensor stays one, a normal one normal.
+
+    ``torch.compile`` guards on that difference. A plain ``clone()`` under ``torch.inference_mode``
+    makes every copy an inference tensor, so a compiled ``fn`` warmed up on normal tensors would
+    compile again inside the capture, and a compile cannot be captured (the first H200 run of
+    ``compile=True, cuda_graphs=True`` failed so: "operation failed due to a previous error during capture").
+    """
+    with torch.inference_mode(x.is_inference()):
+        return x.clone()
+
+
 class CapturedStep:
     """``fn`` captured in a CUDA graph on its first calls, replayed with one launch after that.
 
@@ -248,7 +260,7 @@ class CapturedStep:
             torch.cuda.current_stream(self.device).wait_stream(side)
             return out
         if self.graph is None:
-            self._inputs = tuple(x.clone() for x in inputs)
+            self._inputs = tuple(static_copy(x) for x in inputs)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
                 self._outputs = self.fn(*self._inputs)
