@@ -70,7 +70,7 @@ from .learn.ppo_ddp import (
     train_distributed,
 )
 from .learn.training import ALGORITHMS, RunFolderError, make_learner, train
-from .learn.tune import CAPSTONE_OBS, capstone_settings, suggested_settings
+from .learn.tune import CAPSTONE_OBS, PRESETS, capstone_settings, suggested_settings
 from .measure.records import save_json, save_reference
 from .measure.table import records_table
 from .snake import rules
@@ -122,7 +122,7 @@ def _command(args) -> str:
 
 # The learner's settings: a new run takes them from the command line (these defaults), a resumed
 # run from its checkpoint, so --resume refuses them.
-_LEARNER_OPTIONS = {"algo": "ppo", "obs": "features", "size": 10, "envs": None, "seed": 0, "set": []}
+_LEARNER_OPTIONS = {"algo": "ppo", "preset": None, "obs": "features", "size": 10, "envs": None, "seed": 0, "set": []}
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -144,9 +144,14 @@ def run_train(args: argparse.Namespace) -> int:
         if given:
             raise UsageError(f"--resume continues the run in --out with the settings it was started with; "
                              f"leave out {', '.join(given)} (--device moves it to another device)")
+    if args.preset is not None and args.algo == "dqn":
+        raise UsageError(f"--preset {args.preset} is a set of PPO settings: leave out --algo dqn")
+    preset = PRESETS[args.preset](args.device if args.device is not None else get_device()) if args.preset else {}
     for name, default in _LEARNER_OPTIONS.items():
         if getattr(args, name) is None:
-            setattr(args, name, CAPSTONE_OBS if name == "obs" and args.choose else default)
+            if name == "obs":
+                default = preset.get("obs_type", CAPSTONE_OBS if args.choose else default)
+            setattr(args, name, default)
     out = args.out
     if out is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -154,7 +159,7 @@ def run_train(args: argparse.Namespace) -> int:
     device = args.device if args.device is not None else get_device()
     learner = None
     if not args.resume:
-        settings = suggested_settings(device) if args.algo == "ppo" else {}
+        settings = {**suggested_settings(device), **preset} if args.algo == "ppo" else {}
         settings.update(obs_type=args.obs, height=args.size, width=args.size)
         if args.choose:
             settings = dict(capstone_settings(device, budget_s=args.seconds, start=settings).settings)
@@ -223,6 +228,8 @@ def _run_data_parallel(args: argparse.Namespace) -> int:
         raise UsageError(f"--nproc {args.nproc}: data-parallel training is PPO only, not --algo {args.algo}")
     if args.agent is not None:
         raise UsageError(f"--nproc {args.nproc} does not write --agent: play the checkpoint in --out instead")
+    if args.preset is not None:
+        raise UsageError(f"--nproc {args.nproc} takes no --preset yet: give its settings with --set")
     given = [f"--{name}" for name in ("obs", "size", "envs", "set") if getattr(args, name) not in (None, [])]
     if args.resume and given:
         raise UsageError(f"--resume continues the run in --out with its own settings; leave out {', '.join(given)}")
@@ -251,6 +258,10 @@ def add_train(subparsers) -> None:
                         help="observation type (default: features, or features_reach with --choose; features_reach "
                              "learns fastest, notebook 11)")
     parser.add_argument("--size", type=positive(int), default=None, help="grid height and width (default: 10)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                        help="PPO: start from named settings; 'win' learns to fill the board (the board seen from "
+                             "the head, mirrored games, a long horizon; notebook 11). --choose, --envs and --set "
+                             "then change it")
     parser.add_argument("--envs", type=positive(int), default=None, help="games stepped together")
     parser.add_argument("--device", type=device_argument, default=None,
                         help="cpu, cuda, cuda:N or mps (default: the best available)")

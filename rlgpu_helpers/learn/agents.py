@@ -83,7 +83,7 @@ def load_agent(path: str | Path, device: str | torch.device = "cpu") -> Agent:
         check_entries("config", config, ("obs_type", "height", "width", "hidden"))
         rules.check_grid_size(config["height"], config["width"])
         obs_shape = rules.observation_shape(rules.check_obs_type(config["obs_type"]), config["height"], config["width"])
-        model = NETWORKS[algorithm](obs_shape, hidden=config["hidden"])
+        model = NETWORKS[algorithm](obs_shape, hidden=config["hidden"], **({"net": config["net"]} if "net" in config else {}))
         check_weights("model", weights, model)  # the network's entries and shapes, all finite
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{path}: {error}") from None
@@ -101,7 +101,8 @@ def play_episode(agent: Agent, seed: int = 0, max_steps: int = 10_000):
     the game ended (or ``max_steps`` steps), the food eaten, and whether the board was filled.
     """
     c = agent.config
-    env = VecSnake(1, c["height"], c["width"], obs_type=c["obs_type"], device=c["device"], seed=seed)
+    env = VecSnake(1, c["height"], c["width"], obs_type=c["obs_type"], device=c["device"], seed=seed,
+                   max_steps_without_food=c.get("max_steps_without_food"))
     obs, _ = env.reset(seed=seed)  # the first game drawn from ``seed``
     states = [env.get_state(0)]
     for _ in range(max_steps):

@@ -74,7 +74,8 @@ from .checkpoint import (
     check_optimizer_state,
     check_weights,
 )
-from .nets import ActorCritic, DivergedError, weights_finite
+from .nets import NETS, ActorCritic, DivergedError, weights_finite
+from .symmetry import feature_mirror_order, mirror_actions
 
 
 @dataclasses.dataclass
@@ -98,12 +99,26 @@ class PPOConfig:
     """Decay the learning rate linearly to 0 over the training budget."""
     gamma: float = 0.99
     """Discount factor."""
+    reward_scale: float = 1.0
+    """Every reward times this before learning (the scores are not scaled): with gamma near 1 the returns
+    of a long game reach the board's size, and a smaller scale keeps the value loss from swamping the
+    policy's gradient in a shared trunk."""
+    max_steps_without_food: int | None = None
+    """The env's truncation: a game is cut off after this many steps without food (None: the rules'
+    ``height * width``, enough for a path through every cell)."""
+    bootstrap_truncated: bool = True
+    """Top up a truncated game's last reward with the value of its last observation, since the game did not
+    end. False: a truncation ends the game as a death does, so circling without eating costs the future;
+    the ``"win"`` preset does this, as its evaluation counts a truncated game as lost."""
     gae_lambda: float = 0.95
     """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo."""
     clip_coef: float = 0.2
     """PPO's clipping range for the probability ratio."""
     ent_coef: float = 0.01
     """Weight of the entropy bonus (keeps exploring)."""
+    ent_coef_final: float | None = None
+    """With a value, the entropy weight goes linearly from ``ent_coef`` to this over the training budget
+    (as ``anneal_lr`` takes the learning rate to 0); None: ``ent_coef`` throughout."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
     max_grad_norm: float = 0.5
@@ -119,6 +134,14 @@ class PPOConfig:
     larger when it does not divide) and gives exactly the same update. 1: no accumulation."""
     hidden: int = 64
     """Width of the hidden layers."""
+    net: str = "auto"
+    """The network (``learn.nets``): ``"auto"``, separate actor and critic trunks picked by the observation's
+    shape (every lesson's); ``"mlp"`` or ``"ego_cnn"`` (for ``obs_type="ego_grid"``), one trunk that both
+    heads share."""
+    mirror: bool = False
+    """Play half of the games mirrored left-right, drawn anew at each game's start: the policy sees the
+    mirrored observation and its action is mirrored back for the env (``learn.symmetry``). The rules are
+    symmetric, so this teaches the symmetry at no cost, and the rollout stays on-policy."""
     precision: str = "fp32"
     """The forward passes' precision (notebook 08): ``"fp32"`` (no autocast or TF32 setting of its own),
     ``"tf32"`` (float32 with TF32 matmuls, CUDA only), ``"bf16"`` (autocast around each forward pass
@@ -137,8 +160,13 @@ class PPOConfig:
         rules.check_grid_size(self.height, self.width)
         for name in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "hidden", "accumulation_steps"):
             check_int(name, getattr(self, name), 1)
-        for name in ("anneal_lr", "compile", "cuda_graphs"):
+        for name in ("anneal_lr", "compile", "cuda_graphs", "bootstrap_truncated", "mirror"):
             check_bool(name, getattr(self, name))
+        check_choice("net", self.net, NETS)
+        if self.net == "ego_cnn" and self.obs_type != "ego_grid":
+            raise ValueError(f"net='ego_cnn' reads the board seen from the head: it needs obs_type='ego_grid', "
+                             f"not {self.obs_type!r}")
+        rules.check_max_steps_without_food(self.max_steps_without_food, self.height, self.width)
         check_seed("seed", self.seed)
         device = get_device(self.device, param="device")
         check_precision("precision", self.precision)
@@ -163,6 +191,9 @@ class PPOConfig:
             check_number(name, getattr(self, name), above=0)
         for name in ("ent_coef", "vf_coef"):
             check_number(name, getattr(self, name), at_least=0)
+        if self.ent_coef_final is not None:
+            check_number("ent_coef_final", self.ent_coef_final, at_least=0)
+        check_number("reward_scale", self.reward_scale, above=0)
         if self.target_kl is not None:
             check_number("target_kl", self.target_kl, above=0)
 
@@ -217,10 +248,11 @@ class PPO:
         torch.manual_seed(c.seed)
         self.env = VecSnake(
             c.num_envs, c.height, c.width, obs_type=c.obs_type, device=self.device, seed=c.seed,
+            max_steps_without_food=c.max_steps_without_food,
             check_action_values=False,  # the policy only samples 0..2; skipping saves a sync
         )
         obs_shape = self.env.single_observation_space.shape
-        self.model = ActorCritic(obs_shape, hidden=c.hidden).to(self.device)
+        self.model = ActorCritic(obs_shape, hidden=c.hidden, net=c.net).to(self.device)
         fused = True if c.precision == "fp16" else None  # the GradScaler's skip decided on the device
         if c.compile or c.cuda_graphs:
             self.optimizer = graph_safe_adam(self.model.parameters(), c.learning_rate, eps=1e-5, device=self.device,
@@ -241,7 +273,16 @@ class PPO:
         self.returns = torch.zeros(T, N, device=dev)
         self._t = torch.zeros(1, dtype=torch.int64, device=dev)  # the step being stored, on the device
         self._losses_finite = torch.ones((), dtype=torch.bool, device=dev)  # every loss of this iteration finite?
+        # The entropy weight, where it changes during the run: a device tensor set in place, which compiled
+        # and captured updates read where it lies (a Python float would be baked into them).
+        self._ent_coef = None if c.ent_coef_final is None else torch.tensor(float(c.ent_coef), device=dev)
+        self._mirror_order = (None if not c.mirror or c.obs_type in ("grid", "ego_grid")
+                              else torch.tensor(feature_mirror_order(c.obs_type), device=dev))
         self.next_obs, _ = self.env.reset(seed=c.seed)
+        self.flipped = torch.zeros(N, dtype=torch.bool, device=dev)  # which games the policy sees mirrored
+        if c.mirror:
+            self.flipped.copy_(torch.rand(N, device=dev) < 0.5)
+            self.next_obs = self._seen(self.next_obs, self.flipped)
         with torch.inference_mode():
             self.next_value = self.model.value(self.next_obs)
         self.env_steps = 0
@@ -260,6 +301,8 @@ class PPO:
         c = self.config
         if c.anneal_lr:
             set_learning_rate(self.optimizer, c.learning_rate * max(1.0 - budget_used, 0.0))
+        if self._ent_coef is not None:
+            self._ent_coef.fill_(c.ent_coef + (c.ent_coef_final - c.ent_coef) * min(max(budget_used, 0.0), 1.0))
         self._losses_finite.fill_(True)
         with self._matmul_precision():
             self.collect()
@@ -304,16 +347,35 @@ class PPO:
         """
         c = self.config
         action, logprob = self.act(obs)
-        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        next_obs, reward, terminated, truncated, info = self.env.step(
+            torch.where(self.flipped, mirror_actions(action), action) if c.mirror else action)
+        final_obs = info["final_obs"]
+        if c.mirror:  # a finished game's last observation as its game was seen; a new game is drawn again
+            final_obs = self._seen(final_obs, self.flipped)
+            self.flipped.copy_(torch.where(terminated | truncated, torch.rand_like(reward) < 0.5, self.flipped))
+            next_obs = self._seen(next_obs, self.flipped)
+        if c.reward_scale != 1.0:
+            reward = reward * c.reward_scale
         with self._forward():
-            next_value, final_value = self.model.value(torch.cat([next_obs, info["final_obs"]])).float().view(2, -1)
-        # A truncated game did not end: bootstrap from the value of its real last observation.
-        reward = reward + c.gamma * final_value * truncated
+            if c.bootstrap_truncated:
+                next_value, final_value = self.model.value(torch.cat([next_obs, final_obs])).float().view(2, -1)
+            else:
+                next_value = self.model.value(next_obs).float()
+        if c.bootstrap_truncated:  # a truncated game did not end: bootstrap from the value of its real last observation
+            reward = reward + c.gamma * final_value * truncated
         for storage, x in ((self.obs, obs), (self.actions, action), (self.logprobs, logprob), (self.values, value),
                            (self.rewards, reward), (self.dones, (terminated | truncated).to(torch.float32)),
                            (self.scores, info["episode"]["score"]), (self.finished, info["_episode"])):
             storage.index_copy_(0, t, x[None].to(storage.dtype))
         return next_obs, next_value
+
+    def _seen(self, obs: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
+        """``obs`` as the policy sees it: mirrored (``learn.symmetry.mirror_observation``) in the ``flipped`` games.
+
+        The features' mirror is an index kept on the device, so that a CUDA graph can hold it.
+        """
+        mirrored = obs.flip(-1) if self._mirror_order is None else obs.index_select(-1, self._mirror_order)
+        return torch.where(flipped.view(-1, *[1] * (obs.ndim - 1)), mirrored, obs)
 
     def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy acting on ``obs``: an action per row, sampled without a sync, and its log-probability."""
@@ -408,7 +470,8 @@ class PPO:
             policy_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip_coef, 1 + c.clip_coef)).mean()
             value_loss = 0.5 * (value - returns[rows]).pow(2).mean()
             entropy = -(log_all.exp() * log_all).sum(-1).mean()
-            return policy_loss + c.vf_coef * value_loss - c.ent_coef * entropy
+            ent_coef = c.ent_coef if self._ent_coef is None else self._ent_coef
+            return policy_loss + c.vf_coef * value_loss - ent_coef * entropy
 
         return loss
 
@@ -435,6 +498,7 @@ class PPO:
             **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
             "env": self.env.state_dict(),
             "next_obs": self.next_obs,
+            **({"flipped": self.flipped} if self.config.mirror else {}),
             "env_steps": self.env_steps,
             "iterations": self.iterations,
         }
@@ -452,12 +516,15 @@ class PPO:
             self.scaler.load_state_dict(state["scaler"])
         self.env.load_state_dict(state["env"])
         self.next_obs = state["next_obs"].to(self.device, copy=True)  # shares nothing with the state's learner
+        if self.config.mirror:
+            self.flipped.copy_(state["flipped"])
         self.env_steps = int(state["env_steps"])
         self.iterations = int(state["iterations"])
 
     def check_state(self, state) -> None:
         """Raise naming the entry unless :meth:`load_state_dict` can take all of ``state``; changes nothing."""
-        check_entries("state", state, ("model", "optimizer", "env", "next_obs", "env_steps", "iterations"))
+        check_entries("state", state, ("model", "optimizer", "env", "next_obs", "env_steps", "iterations")
+                      + (("flipped",) if self.config.mirror else ()))
         check_weights("state['model']", state["model"], self.model)
         check_optimizer_state("state['optimizer']", state["optimizer"], self.optimizer)
         if self.scaler is not None and "scaler" in state:
@@ -467,6 +534,10 @@ class PPO:
         check_finite_tensor("state['next_obs']", state["next_obs"], self.next_obs.shape)
         for name in ("env_steps", "iterations"):
             check_int(f"state[{name!r}]", state[name], 0)
+        if self.config.mirror:
+            check_finite_tensor("state['flipped']", state["flipped"], self.flipped.shape)
+            if state["flipped"].dtype != torch.bool:
+                raise TypeError(f"state['flipped'] must be a bool tensor, not {state['flipped'].dtype}")
 
 
 def ppo_with_rollout(dtype: torch.dtype = torch.float64, **config) -> PPO:

@@ -39,10 +39,17 @@ def mirror_observation(obs, obs_type: str):
         if obs.ndim < 3 or obs.shape[-3] != 3:
             raise ValueError(f"obs has shape {tuple(obs.shape)}: a {obs_type!r} observation is (..., 3, rows, cols)")
         return obs.flip(-1) if isinstance(obs, torch.Tensor) else np.flip(obs, -1).copy()
-    order = _FEATURES_MIRROR if obs_type == "features" else _REACH_MIRROR
+    order = feature_mirror_order(obs_type)
     if obs.ndim < 1 or obs.shape[-1] != len(order):
         raise ValueError(f"obs has shape {tuple(obs.shape)}: a {obs_type!r} observation is (..., {len(order)})")
     return obs[..., list(order)]
+
+
+def feature_mirror_order(obs_type: str) -> tuple[int, ...]:
+    """Which feature of the original observation each feature of the mirrored one is (the vector obs types)."""
+    if rules.check_obs_type(obs_type) not in ("features", "features_reach"):
+        raise ValueError(f"obs_type={obs_type!r} is an image: its mirror is a flip of the last axis, not an order")
+    return _FEATURES_MIRROR if obs_type == "features" else _REACH_MIRROR
 
 
 def mirror_actions(actions):

@@ -151,7 +151,8 @@ def check_checkpoint(state: dict, path) -> None:
     if not (math.isfinite(state["seconds"]) and state["seconds"] >= 0) or state["episodes"] < 0:
         fail("seconds or episodes", f"are {state['seconds']!r} and {state['episodes']!r}: must be >= 0 and finite")
     fields = {f.name for f in dataclasses.fields(ALGORITHMS[state["algorithm"]][0])}
-    missing, unknown = sorted(fields - set(state["config"])), sorted(set(state["config"]) - fields)
+    missing = sorted(fields - set(state["config"]) - set(ADDED_FIELDS))
+    unknown = sorted(set(state["config"]) - fields)
     if missing or unknown:
         wrong = " and ".join(([f"lacks {missing}"] if missing else []) + ([f"has unknown {unknown}"] if unknown else []))
         fail("config", f"{wrong}: saved by another version of the package")
@@ -171,6 +172,18 @@ def check_checkpoint(state: dict, path) -> None:
         fail("rng['cuda']", "must be a list of CUDA random states (uint8 tensors)")
 
 
+ADDED_FIELDS = ("reward_scale", "max_steps_without_food", "bootstrap_truncated", "ent_coef_final", "net", "mirror")
+"""``PPOConfig`` fields added after runs and agents were saved (issue 22). A saved config without them
+gets their defaults, which train and act exactly as the saved run did."""
+
+
+def complete_config(algorithm: str, config: dict) -> dict:
+    """A copy of the saved ``config`` of an ``algorithm`` learner, with the defaults of fields added since."""
+    config_class = ALGORITHMS[algorithm][0]
+    defaults = {f.name: f.default for f in dataclasses.fields(config_class) if f.name in ADDED_FIELDS}
+    return {**defaults, **config}
+
+
 def _restore(state: dict, path, device: str | None):
     """The learner a loaded checkpoint ``state`` describes, with its saved state put back.
 
@@ -178,7 +191,7 @@ def _restore(state: dict, path, device: str | None):
     :class:`CheckpointError` naming the field. ``device`` moves the learner (:func:`for_device`).
     """
     check_checkpoint(state, path)
-    config = dict(state["config"])
+    config = complete_config(state["algorithm"], state["config"])
     if device is not None:
         config, changes = for_device(config, str(device))
         if changes:

@@ -211,6 +211,27 @@ def ours_settings(device) -> dict:
     return {**suggested_settings(device), "obs_type": CAPSTONE_OBS}
 
 
+def win_settings(device) -> dict:
+    """The ``"win"`` preset (issue 22): ``PPOConfig`` settings for filling the board, not only eating.
+
+    The board seen from the head (``"ego_grid"``) through one shared trunk, half of the games
+    mirrored, a long horizon (gamma 0.995, rewards scaled by 0.1 so the returns stay near 1),
+    and a truncation that counts as a loss, since a looping snake never wins. The PPO numbers
+    (256 games x 128 steps, minibatches of 8192, lr 3e-4, clip 0.1, value weight 1, entropy
+    0.02) are those elichen/perfect_snake won 10x10 with. On a GPU the CNN trunk and 16x the
+    games; on a CPU the MLP, whose update costs about a quarter of the CNN's there.
+    """
+    gpu = torch.device(device).type == "cuda"
+    return {"obs_type": "ego_grid", "net": "ego_cnn" if gpu else "mlp", "hidden": 256, "mirror": True,
+            "num_envs": 4096 if gpu else 256, "num_steps": 128, "num_minibatches": 64 if gpu else 4,
+            "update_epochs": 4, "learning_rate": 3e-4, "gamma": 0.995, "reward_scale": 0.1,
+            "bootstrap_truncated": False, "clip_coef": 0.1, "vf_coef": 1.0, "ent_coef": 0.02}
+
+
+PRESETS = {"win": win_settings}
+"""Named settings for ``train --preset NAME``: a function of the device giving ``PPOConfig`` settings."""
+
+
 CHOSEN_FIELDS = ("num_envs", "precision", "compile", "cuda_graphs")
 """The ``PPOConfig`` fields :func:`capstone_settings` chooses, which a record of its choice holds."""
 
