@@ -20,8 +20,10 @@ Extending it:
 """
 
 import argparse
+import ast
 import dataclasses
 import datetime
+import inspect
 import json
 import shlex
 import subprocess
@@ -89,7 +91,7 @@ def run_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--device {device}: the {args.suite} suite measures the CPU only "
                          "(leave --device out, or give --device cpu)")
     print(describe_device(device))
-    records = suite.run(device, sys.stderr.isatty())
+    records = suite.run(device, sys.stderr.isatty(), **suite_options(suite, args.set or []))
     report = device_report(device)
     print(records_table(records, this_machine=machine_label(report)))
     command = _command(args)
@@ -98,6 +100,21 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.save:
         print(f"Saved to {save_reference(records, report, command)}")
     return 0
+
+
+def suite_options(suite, settings) -> dict:
+    """``bench --set NAME=VALUE`` as keyword arguments of the suite's function: Python literals, names checked."""
+    accepted = [name for name, p in inspect.signature(suite.run).parameters.items()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    options = {}
+    for name, text in settings:
+        if name not in accepted:
+            raise UsageError(f"--set {name}={text}: the suite takes {', '.join(accepted) or 'no options'}")
+        try:
+            options[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise UsageError(f"--set {name}={text}: not a Python literal (a number, a string in quotes, a tuple)") from None
+    return options
 
 
 def add_bench(subparsers) -> None:
@@ -112,6 +129,9 @@ def add_bench(subparsers) -> None:
                         help="also write the records to this JSON file")
     parser.add_argument("--save", action="store_true",
                         help="merge the records into data/reference/<this machine>.json")
+    parser.add_argument("--set", type=setting, action="append", default=None, metavar="NAME=VALUE",
+                        help="an option of the suite's function, as a Python literal, e.g. --set seeds=(0,) "
+                             "--set budget_s=600")
     parser.set_defaults(run=run_bench)
 
 

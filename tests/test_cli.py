@@ -112,6 +112,23 @@ def test_a_cpu_only_suite_measures_the_cpu_of_a_gpu_machine(a_gpu_machine, monke
 
 def test_every_suite_names_its_lesson():
     assert set(SUITES) == {"ceilings", "loop", "envs", "syncs", "launch", "transfers", "replay", "batch_size",
-                           "accumulation", "precision", "graphs", "ddp", "training", "capstone"}
+                           "accumulation", "precision", "graphs", "ddp", "training", "wins", "capstone"}
     assert all(suite.lesson[:2].isdigit() for suite in SUITES.values())
     assert [name for name, suite in SUITES.items() if suite.cpu_only] == ["loop"]
+
+
+def test_bench_set_passes_the_suites_own_options_as_python_literals(monkeypatch, capsys):
+    seen = []
+
+    def toy_suite(device, progress, *, seeds=(0,), budget_s=1.0):
+        seen.append((seeds, budget_s))
+        return [Record("toy", "plain", "speed", 42.0, "steps/s", {}, None, machine_label(device_report("cpu")))]
+
+    monkeypatch.setitem(SUITES, "toy", Suite(toy_suite, "a toy"))
+    assert main(["bench", "toy", "--device", "cpu", "--set", "seeds=(1, 2)", "--set", "budget_s=2.5"]) == 0
+    assert seen == [((1, 2), 2.5)]
+    for option, message in (("frames=3", "--set frames=3: the suite takes seeds, budget_s"),
+                            ("seeds=range(3)", "--set seeds=range(3): not a Python literal")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["bench", "toy", "--device", "cpu", "--set", option])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err

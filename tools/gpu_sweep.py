@@ -1,8 +1,9 @@
 """Every GPU measurement of the course within short leases: run it first whenever a GPU is lent.
 
-The sweep is five calls, in order of value: the GPU tests and the headline records of env steps/s,
-precision and graphs; the time to a score with the settings chosen on the GPU; the unit tests with
-CUDA present and the rest of the headline records; then the rest. Each call is one command of the
+The sweep is six calls, in order of value: the GPU tests and the headline records of env steps/s,
+precision and graphs; the time to win (the ``"win"`` preset trained for 3 minutes, then 1,000
+games); the time to a score with the settings chosen on the GPU; the unit tests with CUDA present;
+then the rest. Each call is one command of the
 device tool, at most 400 s: a lease of 15 minutes runs the first two back to back, the machine's
 start included. Each step runs in a process of its own, interrupted at twice its estimate or at its
 call's deadline (SIGINT first, so that pytest prints the failures it has seen, then SIGKILL), and a
@@ -162,31 +163,35 @@ CALLS = (
         Step("graphs: the env step", 30, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
              {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
     )),
+    Call("the time to win: the 'win' preset trained for 3 minutes and judged over 1,000 games; ddp; batch size", (
+        # 180 s of training, then 2 x 1,000 evaluation games of up to a few thousand steps each
+        Step("time to win", 240, "wins", sizes={"seeds": (0,), "budget_s": 180.0, "games": 1000}),
+        Step("ddp", 45, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
+        Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
+    )),
     Call("headline records: the time to a score, with the settings chosen on the GPU for a run of 60 s", (
         # 5 trials of 20 s, then the launch settings timed: 2 compiles of a whole iteration
         Step(CHOICE, 180, "capstone", options={"parts": ("choice",)}, sizes={"run_s": 60.0}),
         Step("time to score", 195, "training", options={"setups": ("ours",)},
              sizes={"seeds": (0, 1, 2), "budget_s": 60.0}, needs=CHOICE),
     )),
-    Call("the unit tests with CUDA present, data-parallel PPO, batch size", (
+    Call("the unit tests with CUDA present, ceilings, launches, accumulation", (
         # On 14 workers, the longest test is the critical path: PPO learning a 6 x 6 grid on the CPU.
         Step("unit tests", 240, tests="tests -m 'not gpu'", workers=14),
-        Step("ddp", 45, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
-        Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
-    )),
-    Call("sync costs, ceilings, launches, transfers, replay buffers, accumulation, one operator by size", (
-        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
         Step("ceilings", 50, "ceilings"),  # 36 points
         Step("launch", 30, "launch"),
+        Step("accumulation", 40, "accumulation"),
+    )),
+    Call("sync costs, transfers, replay buffers, one operator by size, graphs of acting and the update", (
+        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
         Step("transfers", 50, "transfers"),
         Step("replay", 80, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
-        Step("accumulation", 40, "accumulation"),
         Step("graphs: one operator by size", 15, "graphs", f"{GRAPHS}:op_time_by_size"),
         Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
-    )),
-    Call("more rows: graphs of acting and the update, notebook 11's ablation, the naive loop on the CPU", (
         Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
              {"num_envs": (65536,)}),  # 4 compiles
+    )),
+    Call("more rows: notebook 11's ablation, the naive loop on the CPU", (
         Step("ablation: lessons 03 04 06", 140, "capstone",
              options={"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}, sizes={"budget_s": 30.0},
              needs=CHOICE),  # 4 runs of 30 s

@@ -28,6 +28,7 @@ from .precision import measure_precision
 from .replay import measure_replay
 from .syncs import measure_sync_costs
 from .time_to_score import measure_training
+from .time_to_win import measure_wins
 from .transfers import measure_transfers
 
 
@@ -54,5 +55,6 @@ SUITES = {
     "graphs": Suite(measure_graphs, "09: time per step eager, compiled and graph-captured, by part and N"),
     "ddp": Suite(measure_ddp, "10: PPO's env steps/s and time per update by processes (torchrun, DDP)"),
     "training": Suite(measure_training, "11: time to a mean score, PPO against the baselines"),
+    "wins": Suite(measure_wins, "11: time to win: the 'win' preset on 3 seeds for 30 minutes, then 1,000 games each"),
     "capstone": Suite(measure_capstone, "11: the capstone's settings chosen by the helpers, and each lesson switched off"),
 }

@@ -29,6 +29,7 @@ from .checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from ..snake import rules
 from .dqn import DQN, DQNConfig
 from .nets import DivergedError
 from .ppo import PPO, PPOConfig
@@ -42,13 +43,16 @@ class ScoreCurve:
     """A learning curve as it grows: the last 100 scores and a point at most once a second.
 
     Each point is a dict: seconds, env_steps, mean_score (of the last 100 finished games, None
-    before the first) and episodes (finished so far).
+    before the first) and episodes (finished so far); with a ``win_score`` (the score of a full
+    board, ``rules.winning_score``) also win_rate, the share of those 100 games that were won.
     """
 
-    def __init__(self, points: list[dict] | None = None, recent_scores=(), episodes: int = 0):
+    def __init__(self, points: list[dict] | None = None, recent_scores=(), episodes: int = 0,
+                 win_score: int | None = None):
         self.points = list(points or [])
         self.recent = collections.deque(recent_scores, maxlen=SCORE_WINDOW)
         self.episodes = episodes
+        self.win_score = win_score
         self.last = self.points[-1]["seconds"] if self.points else -math.inf
 
     def add(self, scores) -> None:
@@ -60,12 +64,21 @@ class ScoreCurve:
     def mean_score(self) -> float | None:
         return sum(self.recent) / len(self.recent) if self.recent else None
 
+    @property
+    def win_rate(self) -> float | None:
+        """The share of the last 100 finished games that filled the board (None before the first game)."""
+        if not self.recent or self.win_score is None:
+            return None
+        return sum(score >= self.win_score for score in self.recent) / len(self.recent)
+
     def point(self, seconds: float, env_steps: int, force: bool = False) -> bool:
         """Append a point if a second has passed since the last (or ``force``); say if it did."""
         if not (force or seconds - self.last >= 1.0):
             return False
-        self.points.append({"seconds": seconds, "env_steps": env_steps, "mean_score": self.mean_score,
-                            "episodes": self.episodes})
+        point = {"seconds": seconds, "env_steps": env_steps, "mean_score": self.mean_score, "episodes": self.episodes}
+        if self.win_score is not None:
+            point["win_rate"] = self.win_rate
+        self.points.append(point)
         self.last = seconds
         return True
 
@@ -157,7 +170,7 @@ def check_checkpoint(state: dict, path) -> None:
         wrong = " and ".join(([f"lacks {missing}"] if missing else []) + ([f"has unknown {unknown}"] if unknown else []))
         fail("config", f"{wrong}: saved by another version of the package")
     for i, point in enumerate(state["curve"]):
-        if not isinstance(point, dict) or set(point) != {"seconds", "env_steps", "mean_score", "episodes"}:
+        if not isinstance(point, dict) or set(point) - {"win_rate"} != {"seconds", "env_steps", "mean_score", "episodes"}:
             fail(f"curve[{i}]", f"is {point!r}, not a point of a learning curve")
     if not all(isinstance(score, int) and not isinstance(score, bool) for score in state["recent_scores"]):
         fail("recent_scores", "must hold int scores")
@@ -281,17 +294,18 @@ def hold_run_folder(stack: contextlib.ExitStack, out_dir: str | Path) -> None:
 
 def _train(learner, path: Path | None, *, seconds, steps, resume, device, checkpoint_every_s, progress):
     """:func:`train` once its arguments are checked and its run folder is held."""
-    curve, spent = ScoreCurve(), 0.0
+    saved, spent = {}, 0.0
     if resume:
         state = load_checkpoint(path)
         learner = _restore(state, path, None if device is None else str(get_device(device, param="device")))
-        curve = ScoreCurve(state["curve"], state["recent_scores"], int(state["episodes"]))
+        saved = {"points": state["curve"], "recent_scores": state["recent_scores"], "episodes": int(state["episodes"])}
         spent = float(state["seconds"])
         torch.set_rng_state(state["rng"]["torch"])
         if torch.cuda.is_available():  # as many GPUs' states as both machines have
             for index, rng in enumerate(state["rng"]["cuda"][: torch.cuda.device_count()]):
                 torch.cuda.set_rng_state(rng, index)
 
+    curve = ScoreCurve(**saved, win_score=rules.winning_score(learner.config.height, learner.config.width))
     spent = run_iterations(learner, curve, spent, seconds=seconds, steps=steps, path=path,
                            checkpoint_every_s=checkpoint_every_s, progress=progress)
     return TrainingResult(
@@ -361,8 +375,9 @@ def run_iterations(learner, curve: ScoreCurve, spent: float, *, seconds: float |
             if lead and curve.point(spent, learner.env_steps, force=used() >= 1.0):
                 bar.n = min(learner.env_steps, steps) if steps is not None else min(round(spent), round(seconds))
                 score = curve.mean_score
+                won = {"won": f"{curve.win_rate:.0%}"} if curve.win_rate else {}  # once a game filled the board
                 bar.set_postfix({"steps/s": f"{learner.env_steps / spent:,.0f}",
-                                 "mean score": "-" if score is None else f"{score:.1f}"}, refresh=True)
+                                 "mean score": "-" if score is None else f"{score:.1f}", **won}, refresh=True)
             if lead and path is not None and time.perf_counter() - last_saved >= checkpoint_every_s:
                 save_checkpoint(path, snapshot(learner, curve, spent))
                 last_saved = time.perf_counter()

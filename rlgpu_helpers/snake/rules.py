@@ -19,6 +19,11 @@ from ..core.checks import check_choice, check_int
 
 MIN_SIZE, MAX_SIZE = 4, 64
 START_LENGTH = 3
+def winning_score(height: int, width: int) -> int:
+    """The score of a won game: the food eaten once the snake fills the board (97 on 10x10)."""
+    return height * width - START_LENGTH
+
+
 OBS_TYPES = ("features", "grid", "features_reach", "ego_grid")
 """``"features"`` (11 numbers), ``"grid"`` (3 x H x W), ``"features_reach"`` (the 11, plus the free space
 each move leads to and the length: 15 numbers; notebook 11's capstone) and ``"ego_grid"`` (the board
