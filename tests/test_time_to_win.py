@@ -62,5 +62,6 @@ def test_the_suite_trains_evaluates_and_saves_each_seeds_agent(tmp_path, monkeyp
     assert plays == {"greedy", "sampled"}
     for seed in (0, 1):
         agent = load_agent(tmp_path / f"win-6x6-seed{seed}.pt")
+        assert agent.extra["curve"][-1]["env_steps"] > 0 and "win_rate" in agent.extra["curve"][-1]
         assert agent.config["obs_type"] == "ego_grid" and agent.config["mirror"] is True
         assert isinstance(agent.model(torch.zeros(1, 3, 11, 11))[0], torch.Tensor)

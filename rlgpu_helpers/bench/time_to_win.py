@@ -78,6 +78,7 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
             "command": f"rlgpu_helpers.bench.time_to_win.run_win(budget_s={budget_s}, seed={seed}, size={size})",
             "seconds": result.seconds, "env_steps": result.env_steps, "mean_score": result.mean_score,
             **{f"{play} win rate": e.win_rate for play, e in evaluations.items()},
+            "curve": result.curve,  # the time-to-win curve, for plotting it again
         })
     return WinRun(seed, curve, evaluations)
 
