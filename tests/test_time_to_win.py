@@ -5,10 +5,22 @@ import pytest
 import torch
 
 from rlgpu_helpers.bench.time_to_score import Curve
-from rlgpu_helpers.bench.time_to_win import WinRun, measure_wins, win_records
+from rlgpu_helpers.bench.time_to_win import (
+    NAME,
+    WinRun,
+    load_win_curves,
+    measure_wins,
+    network_costs,
+    plot_win_curves,
+    save_win_curves,
+    win_records,
+    win_table,
+)
 from rlgpu_helpers.learn.agents import load_agent
 from rlgpu_helpers.learn.training import ScoreCurve
 from rlgpu_helpers.learn.wins import WinRecord
+from rlgpu_helpers.measure.records import Record
+from rlgpu_helpers.measure.table import format_number
 from rlgpu_helpers.snake import rules
 
 
@@ -65,3 +77,47 @@ def test_the_suite_trains_evaluates_and_saves_each_seeds_agent(tmp_path, monkeyp
         assert agent.extra["curve"][-1]["env_steps"] > 0 and "win_rate" in agent.extra["curve"][-1]
         assert agent.config["obs_type"] == "ego_grid" and agent.config["mirror"] is True
         assert isinstance(agent.model(torch.zeros(1, 3, 11, 11))[0], torch.Tensor)
+
+
+def test_the_table_shows_each_seed_then_the_median_and_the_worst_seed():
+    def run(seed, to_60, greedy):
+        records = win_records(a_run(), "m", budget_s=4.0)
+        for r in records:
+            r.params["seed"] = seed
+        records = [r for r in records if r.metric != "seconds to mean score 60"]
+        if to_60 is not None:
+            records.append(Record(NAME, "PPO, the 'win' preset", "seconds to mean score 60", to_60, "s",
+                                  records[0].params, None, "m"))
+        return [Record(r.name, r.variant, r.metric, greedy if r.metric == "evaluation win rate (greedy)" else r.value,
+                       r.unit, r.params, None, r.machine) for r in records]
+
+    table = win_table(run(0, 300.0, 60.0) + run(1, None, 20.0) + run(2, 500.0, 80.0))
+    rows = {row[1]: row for row in table.rows}
+    column = table.columns.index("s to mean 60")
+    assert rows["1"][column] == "not reached" and rows["median"][column] == "500"
+    assert rows["worst"][column] == "not reached"  # a seed that never got there is the worst
+    greedy = table.columns.index("greedy wins (%)")
+    assert rows["median"][greedy] == format_number(60.0) and rows["worst"][greedy] == format_number(20.0)
+
+
+def test_curves_are_saved_with_their_machine_and_command_and_plotted(tmp_path):
+    points = a_run().curve.points
+    path = save_win_curves(tmp_path / "c.json", {"seed 3": points}, {"cpu": "x"}, "python -m rlgpu_helpers bench wins")
+    document = load_win_curves(path)
+    assert document["curves"] == {"seed 3": points} and document["machine"] == {"cpu": "x"}
+    assert document["command"].startswith("python -m") and len(document["date"]) == 10
+    fig = plot_win_curves(document["curves"])
+    score_ax, win_ax = fig.axes
+    assert "minutes" in score_ax.get_xlabel() and "(%)" in win_ax.get_ylabel()
+    assert list(win_ax.lines[0].get_ydata()) == [0.0, 0.0, 2.0, 60.0]
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a file of time-to-win curves"):
+        load_win_curves(tmp_path / "other.json")
+
+
+def test_network_costs_count_the_multiply_adds_of_a_linear_layer_exactly():
+    table = network_costs((11,), nets=("mlp",), hidden=8, batch=16, repeats=1)
+    row = dict(zip(table.columns, table.rows[0]))
+    # two ReLU layers 11 -> 8 -> 8, then the heads 8 -> 3 and 8 -> 1
+    assert row["forward MMAC per sample"] == format_number((11 * 8 + 8 * 8 + 8 * 3 + 8 * 1) / 1e6)
+    assert row["weights"] == f"{11 * 8 + 8 + 8 * 8 + 8 + 8 * 3 + 3 + 8 + 1:,}"

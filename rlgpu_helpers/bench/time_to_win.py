@@ -16,17 +16,27 @@ and the share of games cut off for circling without food.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
+import math
+import statistics
 from pathlib import Path
 
+import torch
+from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
 from ..core.checks import check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of
+from ..core.files import atomic_write
 from ..learn.agents import save_agent
+from ..learn.nets import ActorCritic
 from ..learn.tune import trial_run, win_settings
 from ..learn.wins import WinRecord, evaluate_wins
-from ..measure.records import Record
+from ..measure.records import Record, select
+from ..measure.table import Table, format_number
+from ..measure.timing import time_callable
 from .time_to_score import Curve, curve_records
 
 NAME = "time to win"
@@ -127,3 +137,115 @@ def measure_wins(device, progress: bool = True, *, budget_s: float | None = None
         run = run_win(budget, seed, device, games=games, size=size, progress=progress, agent=agent, **overrides)
         records += win_records(run, machine, budget)
     return records
+
+
+# ---------------------------------------------------------------------------- showing the runs
+
+def win_table(records, budget_s: float | None = None) -> Table:
+    """One row per machine and seed of ``bench wins`` records: the time to mean 60, the end, the evaluation.
+
+    ``budget_s``: only the runs of that budget. Then a row per machine for the median and the
+    worst seed (the targets are met only if the worst seed meets them).
+    """
+    records = [r for r in select(records, name=NAME) if budget_s is None or r.params.get("budget_s") == budget_s]
+    runs = sorted({(r.machine, r.params["seed"], r.params["budget_s"]) for r in records})
+    columns = ["machine", "seed", "budget (s)", "env steps/s", "s to mean 60", "final mean (food)",
+               "greedy wins (%)", "sampled wins (%)", "greedy mean (food)", "greedy median (food)"]
+    metrics = ["throughput", "seconds to mean score 60", "final mean score", "evaluation win rate (greedy)",
+               "evaluation win rate (sampled)", "evaluation mean score (greedy)", "evaluation median score (greedy)"]
+
+    def value(machine, seed, budget, metric):
+        found = [r.value for r in records if (r.machine, r.params["seed"], r.params["budget_s"], r.metric)
+                 == (machine, seed, budget, metric)]
+        return found[0] if found else None
+
+    rows, by_machine = [], {}
+    for machine, seed, budget in runs:
+        values = [value(machine, seed, budget, m) for m in metrics]
+        by_machine.setdefault((machine, budget), []).append(values)
+        rows.append([machine, str(seed), format_number(budget)] + ["not reached" if v is None else format_number(v)
+                                                                   for v in values])
+    for (machine, budget), runs_here in by_machine.items():
+        if len(runs_here) < 2:
+            continue
+        for how in ("median", "worst"):
+            cells = [_over_seeds([run[i] for run in runs_here], metric, how) for i, metric in enumerate(metrics)]
+            rows.append([machine, how, format_number(budget)]
+                        + ["not reached" if v is None else format_number(v) for v in cells])
+    return Table(columns, rows, [False, False] + [True] * (len(columns) - 2))
+
+
+def _over_seeds(values: list, metric: str, how: str) -> float | None:
+    """The median or the worst of one metric over seeds; a time never reached (None) is the slowest of all."""
+    if metric.startswith("seconds"):
+        times = [math.inf if v is None else v for v in values]
+        result = statistics.median(times) if how == "median" else max(times)
+        return None if math.isinf(result) else result
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return statistics.median(values) if how == "median" else min(values)
+
+
+def save_win_curves(path: str | Path, curves: dict[str, list[dict]], report: dict, command: str) -> Path:
+    """Write time-to-win curves (label -> curve points) with the machine ``report`` and the ``command`` that made them."""
+    document = {"format": "rlgpu-win-curves/1", "machine": report, "date": datetime.date.today().isoformat(),
+                "command": command, "curves": curves}
+    return atomic_write(path, lambda f: f.write(json.dumps(document, indent=1).encode()))
+
+
+def load_win_curves(path: str | Path) -> dict:
+    """The document :func:`save_win_curves` wrote: machine, date, command and curves."""
+    document = json.loads(Path(path).read_text())
+    if document.get("format") != "rlgpu-win-curves/1":
+        raise ValueError(f"{path} is not a file of time-to-win curves")
+    return document
+
+
+def plot_win_curves(curves: dict[str, list[dict]], title: str = "The 'win' preset: learning to fill the board"):
+    """Mean score of the last 100 games and the share of them won, against wall time, one line per run."""
+    import matplotlib.pyplot as plt
+
+    fig, (score_ax, win_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, points in curves.items():
+        seconds = [p["seconds"] / 60 for p in points]
+        score_ax.plot(seconds, [p["mean_score"] if p["mean_score"] is not None else float("nan") for p in points],
+                      label=label)
+        win_ax.plot(seconds, [100 * (p.get("win_rate") or 0.0) for p in points], label=label)
+    score_ax.axhline(97, color="grey", linestyle=":", label="a full 10x10 board (97)")
+    score_ax.set(xlabel="training time (minutes)", ylabel="mean score of the last 100 games (food)", title=title)
+    win_ax.set(xlabel="training time (minutes)", ylabel="games won among the last 100 (%)",
+               title="The time-to-win curve")
+    score_ax.legend(fontsize=8)
+    win_ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def network_costs(obs_shape, nets=("auto", "ego_cnn", "mlp"), *, hidden: int = 256, batch: int = 8192,
+                  device="cpu", repeats: int = 3) -> Table:
+    """What each network costs per sample of an update: weights, multiply-adds of a forward pass, and the
+    measured time of one forward and backward pass (with an Adam step) on a batch of ``batch`` on ``device``."""
+    device = get_device(device, param="device")
+    rows = []
+    for net in nets:
+        model = ActorCritic(obs_shape, hidden=hidden, net=net).to(device)
+        optimizer = torch.optim.Adam(model.parameters())
+        obs = torch.rand(batch, *obs_shape, device=device)
+        with FlopCounterMode(display=False) as counter:
+            model(obs[:1])
+        macs = counter.get_total_flops() / 2
+
+        def step():
+            logits, value = model(obs)
+            (logits.square().mean() + value.square().mean()).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        timing = time_callable(step, warmup=1, repeats=repeats, device=device)
+        seconds = timing.median
+        rows.append([net, f"{sum(p.numel() for p in model.parameters()):,}", format_number(macs / 1e6),
+                     format_number(seconds * 1e3), f"{batch / seconds:,.0f}",
+                     format_number(3 * 2 * macs * batch / seconds / 1e9)])
+    return Table(["net", "weights", "forward MMAC per sample", f"forward+backward ms ({batch:,} samples)",
+                  "samples/s", "GFLOP/s"], rows, [False] + [True] * 5)
