@@ -12,6 +12,7 @@ from rlgpu_helpers.bench.time_to_win import (
     measure_wins,
     network_costs,
     plot_win_curves,
+    target_lines,
     save_win_curves,
     win_records,
     win_table,
@@ -121,3 +122,18 @@ def test_network_costs_count_the_multiply_adds_of_a_linear_layer_exactly():
     # two ReLU layers 11 -> 8 -> 8, then the heads 8 -> 3 and 8 -> 1
     assert row["forward MMAC per sample"] == format_number((11 * 8 + 8 * 8 + 8 * 3 + 8 * 1) / 1e6)
     assert row["weights"] == f"{11 * 8 + 8 + 8 * 8 + 8 + 8 * 3 + 3 + 8 + 1:,}"
+
+
+def test_a_target_is_met_only_if_the_worst_seed_meets_it():
+    def records(seed, to_60, greedy):
+        params = {"budget_s": 1800.0, "seed": seed}
+        out = [Record(NAME, "v", "evaluation win rate (greedy)", greedy, "%", params, None, "m")]
+        if to_60 is not None:
+            out.append(Record(NAME, "v", "seconds to mean score 60", to_60, "s", params, None, "m"))
+        return out
+
+    met = target_lines(records(0, 300.0, 90.0) + records(1, 590.0, 51.0), "m")
+    assert met[0].endswith("met (worst seed: 590 s)") and "every seed: met" in met[1] and "51" in met[1]
+    missed = target_lines(records(0, 300.0, 90.0) + records(1, None, 49.0), "m")
+    assert "not met (worst seed: never)" in missed[0] and "not met" in missed[1]
+    assert target_lines([], "m") == ["m: no 'bench wins' runs of 1,800 s on file"]

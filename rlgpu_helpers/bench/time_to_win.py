@@ -187,6 +187,33 @@ def _over_seeds(values: list, metric: str, how: str) -> float | None:
     return statistics.median(values) if how == "median" else min(values)
 
 
+def target_lines(records, machine: str, budget_s: float = 1800.0) -> list[str]:
+    """Issue 22's two targets against the worst seed of ``machine``'s ``bench wins`` runs of ``budget_s``.
+
+    A mean score of 60 within 10 minutes, and half of the greedy evaluation games won after 30
+    minutes, on every seed: a target is met only if the worst seed meets it.
+    """
+    runs = [r for r in select(records, name=NAME, machine=machine) if r.params.get("budget_s") == budget_s]
+    seeds = sorted({r.params["seed"] for r in runs})
+    if not seeds:
+        return [f"{machine}: no 'bench wins' runs of {format_number(budget_s)} s on file"]
+
+    def per_seed(metric):
+        return [next((r.value for r in runs if r.params["seed"] == seed and r.metric == metric), None) for seed in seeds]
+
+    to_60 = _over_seeds(per_seed("seconds to mean score 60"), "seconds to mean score 60", "worst")
+    wins = _over_seeds(per_seed("evaluation win rate (greedy)"), "evaluation win rate (greedy)", "worst")
+    head = f"{machine}, {len(seeds)} seeds ({', '.join(map(str, seeds))}):"
+    return [
+        f"{head} mean score 60 within 10 minutes on every seed: "
+        + ("met" if to_60 is not None and to_60 <= 600 else "not met")
+        + f" (worst seed: {'never' if to_60 is None else format_number(to_60) + ' s'})",
+        f"{head} half of the greedy games won after {format_number(budget_s / 60)} minutes on every seed: "
+        + ("met" if wins is not None and wins >= 50 else "not met")
+        + f" (worst seed: {'no evaluation' if wins is None else format_number(wins) + '%'})",
+    ]
+
+
 def save_win_curves(path: str | Path, curves: dict[str, list[dict]], report: dict, command: str) -> Path:
     """Write time-to-win curves (label -> curve points) with the machine ``report`` and the ``command`` that made them."""
     document = {"format": "rlgpu-win-curves/1", "machine": report, "date": datetime.date.today().isoformat(),
