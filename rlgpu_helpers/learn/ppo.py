@@ -40,6 +40,13 @@ limit (``truncated``) did not end: its reward is topped up with the discounted v
 last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
 end by GAE. A game that ended (``terminated``) gets no bootstrap. The critic rates the next
 observations and those last observations in one pass per step.
+
+Long games (notebook 12): ``bootstrap_truncated=False`` counts a truncation as an end instead (a
+snake that circles without eating loses its future), ``reward_scale`` shrinks the returns of games
+thousands of steps long, ``ent_coef_final`` anneals the entropy bonus, ``net`` picks a trunk that
+actor and critic share, and ``mirror`` plays half of the games mirrored left-right: the policy sees
+the mirror image and its action is mirrored back before the env gets it, so every transition is
+still the policy's own. ``learn.tune.win_settings`` gathers them.
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ from .checkpoint import (
     check_weights,
 )
 from .nets import NETS, ActorCritic, DivergedError, weights_finite
+from .shaping import SHAPED_OBS_TYPES, shaping_rewards
 from .symmetry import feature_mirror_order, mirror_actions
 
 
@@ -103,6 +111,9 @@ class PPOConfig:
     """Every reward times this before learning (the scores are not scaled): with gamma near 1 the returns
     of a long game reach the board's size, and a smaller scale keeps the value loss from swamping the
     policy's gradient in a shared trunk."""
+    food_shaping: float = 0.0
+    """Weight of a shaping reward for moving towards the food (``learn.shaping``: potential-based, so the
+    best policy stays the best); 0: none. Needs an image observation (``"ego_grid"`` or ``"grid"``)."""
     max_steps_without_food: int | None = None
     """The env's truncation: a game is cut off after this many steps without food (None: the rules'
     ``height * width``, enough for a path through every cell)."""
@@ -194,6 +205,10 @@ class PPOConfig:
         if self.ent_coef_final is not None:
             check_number("ent_coef_final", self.ent_coef_final, at_least=0)
         check_number("reward_scale", self.reward_scale, above=0)
+        check_number("food_shaping", self.food_shaping, at_least=0)
+        if self.food_shaping and self.obs_type not in SHAPED_OBS_TYPES:
+            raise ValueError(f"food_shaping={self.food_shaping} reads the food's distance from an image: it needs "
+                             f"obs_type in {SHAPED_OBS_TYPES}, not {self.obs_type!r}")
         if self.target_kl is not None:
             check_number("target_kl", self.target_kl, above=0)
 
@@ -354,6 +369,11 @@ class PPO:
             final_obs = self._seen(final_obs, self.flipped)
             self.flipped.copy_(torch.where(terminated | truncated, torch.rand_like(reward) < 0.5, self.flipped))
             next_obs = self._seen(next_obs, self.flipped)
+        if c.food_shaping:  # towards the food earns, away costs; a game's end has potential 0
+            ended = terminated | truncated if not c.bootstrap_truncated else terminated
+            reached = torch.where((terminated | truncated).view(-1, *[1] * (obs.ndim - 1)), final_obs, next_obs)
+            reward = reward + c.food_shaping * shaping_rewards(obs, reached, ended, c.gamma, c.obs_type, c.height,
+                                                               c.width)
         if c.reward_scale != 1.0:
             reward = reward * c.reward_scale
         with self._forward():

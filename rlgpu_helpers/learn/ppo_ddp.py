@@ -48,6 +48,7 @@ from ..gpu.distributed import (
     run_json,
 )
 from ..measure.timing import time_callable
+from ..snake import rules
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from .ppo import PPO, PPOConfig, ppo_with_rollout
 from .training import (
@@ -121,8 +122,9 @@ class DistributedPPO(PPO):
     def load_state_dict(self, state: dict) -> None:
         """Every rank loads the network, optimizer and counters; rank 0 also the games (only its are saved)."""
         state = {**state, "model": {f"module.{key}": value for key, value in state["model"].items()}}
-        if self.rank:
-            state.update(env=self.env.state_dict(), next_obs=self.next_obs)  # keep this rank's own games
+        if self.rank:  # keep this rank's own games, and which of them it sees mirrored
+            state.update(env=self.env.state_dict(), next_obs=self.next_obs,
+                         **({"flipped": self.flipped.clone()} if self.config.mirror else {}))
         super().load_state_dict(state)
 
 
@@ -141,7 +143,9 @@ def _resume(path: Path, device: torch.device) -> tuple[DistributedPPO, ScoreCurv
         raise CheckpointError(f"{path}: {error}") from None
     if learner.rank == 0:
         torch.set_rng_state(state["rng"]["torch"])
-    return learner, ScoreCurve(state["curve"], state["recent_scores"], int(state["episodes"])), float(state["seconds"])
+    curve = ScoreCurve(state["curve"], state["recent_scores"], int(state["episodes"]),
+                       win_score=rules.winning_score(learner.config.height, learner.config.width))
+    return learner, curve, float(state["seconds"])
 
 
 def train_distributed(config: PPOConfig | None = None, *, seconds: float | None = None, steps: int | None = None,
@@ -166,7 +170,8 @@ def train_distributed(config: PPOConfig | None = None, *, seconds: float | None 
             raise ValueError("resume=True needs out_dir, the folder holding the checkpoint")
         learner, curve, spent = _resume(path, get_device(device, param="device"))
     else:
-        learner, curve, spent = DistributedPPO(config), ScoreCurve(), 0.0
+        learner, spent = DistributedPPO(config), 0.0
+        curve = ScoreCurve(win_score=rules.winning_score(config.height, config.width))
     lead = learner.rank == 0
     shared = torch.zeros((), dtype=torch.float64, device=learner.device)
 

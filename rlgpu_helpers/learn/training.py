@@ -185,7 +185,8 @@ def check_checkpoint(state: dict, path) -> None:
         fail("rng['cuda']", "must be a list of CUDA random states (uint8 tensors)")
 
 
-ADDED_FIELDS = ("reward_scale", "max_steps_without_food", "bootstrap_truncated", "ent_coef_final", "net", "mirror")
+ADDED_FIELDS = ("reward_scale", "food_shaping", "max_steps_without_food", "bootstrap_truncated", "ent_coef_final",
+                "net", "mirror")
 """``PPOConfig`` fields added after runs and agents were saved (issue 22). A saved config without them
 gets their defaults, which train and act exactly as the saved run did."""
 
