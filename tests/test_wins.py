@@ -48,6 +48,19 @@ def test_a_policy_that_follows_a_hamiltonian_cycle_wins_every_game(greedy):
     assert record.mean == record.median == 13.0
 
 
+def test_a_recorded_slot_replays_its_won_game_from_the_start_to_the_last_state_before_the_end():
+    record = evaluate_wins(cycle_policy, 6, height=4, width=4, obs_type="grid", seed=3, record_slot=4)
+    states = record.states
+    assert record.won[4] and len(states[-1].body) == 16 - 1  # one food left before the last step fills the board
+    assert len(states[0].body) == rules.START_LENGTH and states[0].steps_since_food == 0
+    for before, after in zip(states, states[1:]):  # one move apart: the head moved to a neighbouring cell
+        (r0, c0), (r1, c1) = before.body[0], after.body[0]
+        assert abs(r0 - r1) + abs(c0 - c1) == 1
+    assert evaluate_wins(cycle_policy, 6, height=4, width=4, obs_type="grid", seed=3).states == ()
+    with pytest.raises(ValueError, match="record_slot=6 must be an int in"):
+        evaluate_wins(cycle_policy, 6, height=4, width=4, obs_type="grid", record_slot=6)
+
+
 def test_a_policy_that_runs_into_the_wall_wins_nothing():
     # Straight on from the start: two cells to the wall of a 4x4 board (food on the way: 1 point).
     record = evaluate_wins(constant_policy(0), 50, height=4, width=4, obs_type="features", seed=0)

@@ -31,11 +31,14 @@ class WinRecord:
     scores: food eaten in each game (int64).
     won: whether the game filled the board (bool).
     truncated: whether the game was cut off by ``max_steps_without_food`` (bool; never a win).
+    states: with ``record_slot``, that slot's game, every ``SnakeState`` from its start to the last
+    one before it ended (for an animation); otherwise empty.
     """
 
     scores: np.ndarray
     won: np.ndarray
     truncated: np.ndarray
+    states: tuple = ()
 
     @property
     def games(self) -> int:
@@ -60,19 +63,23 @@ class WinRecord:
 
 def evaluate_wins(policy, games: int = 100, *, height: int = 10, width: int = 10, obs_type: str = "features",
                   seed: int = 0, greedy: bool = True, device: str | torch.device = "cpu",
-                  max_steps_without_food: int | None = None) -> WinRecord:
+                  max_steps_without_food: int | None = None, record_slot: int | None = None) -> WinRecord:
     """Play ``games`` full games with ``policy`` in one ``VecSnake`` and record scores and wins.
 
     ``policy`` maps a batch of observations ``(games, *obs_shape)`` to logits ``(games, 3)`` (for
     ``ActorCritic`` pass ``model.logits``). ``greedy`` plays the highest logit; otherwise actions
     are drawn from ``softmax(logits)`` with a ``torch.Generator`` seeded with ``seed``. The food is
     seeded with ``seed`` too, so the same policy, seed and device give the same record.
+    ``record_slot``: also keep the states of that slot's game (to watch a game the record counted,
+    say its first win: play once, pick the slot from ``won``, play again recording it).
     """
     if not callable(policy):
         raise TypeError(f"policy={policy!r} must be callable: observations -> logits")
     games = check_int("games", games)
     seed = check_seed("seed", seed)
     greedy = check_bool("greedy", greedy)
+    if record_slot is not None:
+        check_int("record_slot", record_slot, 0, games - 1)
     env = VecSnake(games, height, width, obs_type=obs_type, max_steps_without_food=max_steps_without_food,
                    device=device, seed=seed)
     generator = torch.Generator(device=env.device).manual_seed(seed)
@@ -81,7 +88,10 @@ def evaluate_wins(policy, games: int = 100, *, height: int = 10, width: int = 10
     won = torch.zeros(games, dtype=torch.bool, device=env.device)
     cut_off = torch.zeros_like(won)
     finished = torch.zeros_like(won)
+    states = []
     while not bool(finished.all()):  # one host read a step: evaluation, not a hot loop
+        if record_slot is not None and not finished[record_slot]:
+            states.append(env.get_state(record_slot))
         with torch.inference_mode():
             logits = policy(obs)
         if not isinstance(logits, torch.Tensor) or logits.shape != (games, rules.NUM_ACTIONS):
@@ -94,4 +104,4 @@ def evaluate_wins(policy, games: int = 100, *, height: int = 10, width: int = 10
         won |= first & info["episode"]["won"]
         cut_off |= first & truncated
         finished |= first
-    return WinRecord(scores.cpu().numpy(), won.cpu().numpy(), cut_off.cpu().numpy())
+    return WinRecord(scores.cpu().numpy(), won.cpu().numpy(), cut_off.cpu().numpy(), tuple(states))
