@@ -38,8 +38,10 @@ Where each lesson's helpers live:
 10    multi_gpu                   gpu.distributed, learn.ppo_ddp, bench.ddp
 11    capstone                    learn.ppo, learn.training, learn.checkpoint,
                                   learn.agents, learn.tune (the capstone's settings),
-                                  learn.symmetry, learn.wins,
                                   bench.time_to_score, bench.ablation
+12    winning_the_board           learn.nets (shared trunks), learn.symmetry, learn.wins,
+                                  learn.shaping, learn.tune (the win preset),
+                                  bench.time_to_win
 ====  ==========================  ==========================================================
 
 The command line (``python -m rlgpu_helpers bench | train | play | rank``) is in ``cli``, its

@@ -17,5 +17,7 @@ The harness they build on (timing, records, tables, plots, claims) is ``measure`
 - ``ddp``: env steps/s and time per update by number of processes (10);
 - ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11);
 - ``ablation``: the capstone's chosen settings, and each lesson switched off (11; imports
-  ``time_to_score``, never the reverse).
+  ``time_to_score``, never the reverse);
+- ``time_to_win``: the win preset per seed, its time-to-win curve, 1,000 games judged (12; imports
+  ``time_to_score``).
 """

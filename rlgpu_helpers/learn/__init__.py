@@ -11,7 +11,8 @@
 - ``training``: the outer loop with budgets, progress, learning curves and resume (11);
 - ``checkpoint``: checkpoints that survive a kill at any moment (11);
 - ``agents``: trained networks saved, loaded and watched (11);
-- ``symmetry``: the left-right mirror of observations and actions, for augmentation (11);
-- ``wins``: games played to the end, counting how often the board is filled (11);
-- ``tune``: every "choose settings for this device": precision, launch settings, the capstone's (08, 09, 11).
+- ``symmetry``: the left-right mirror of observations and actions, for augmentation (12);
+- ``wins``: games played to the end, counting how often the board is filled (12);
+- ``shaping``: potential-based shaping on the distance to the food, which keeps the best policy best (12);
+- ``tune``: every "choose settings for this device": precision, launch settings, the capstone's, the win preset (08, 09, 11, 12).
 """

@@ -1,4 +1,4 @@
-"""Left-right symmetry of Snake: mirrored observations and actions, for augmentation and checks (notebook 11).
+"""Left-right symmetry of Snake: mirrored observations and actions, for augmentation and checks (notebook 12).
 
 Reflect a game's board left-right and the snake's right becomes its left. The rules do not care:
 the mirror image of a game (``rules.mirror_state``), played with the mirrored actions, goes
