@@ -154,14 +154,9 @@ def win_table(records, budget_s: float | None = None) -> Table:
     metrics = ["throughput", "seconds to mean score 60", "final mean score", "evaluation win rate (greedy)",
                "evaluation win rate (sampled)", "evaluation mean score (greedy)", "evaluation median score (greedy)"]
 
-    def value(machine, seed, budget, metric):
-        found = [r.value for r in records if (r.machine, r.params["seed"], r.params["budget_s"], r.metric)
-                 == (machine, seed, budget, metric)]
-        return found[0] if found else None
-
     rows, by_machine = [], {}
     for machine, seed, budget in runs:
-        values = [value(machine, seed, budget, m) for m in metrics]
+        values = [_seed_value(records, machine, seed, budget, m) for m in metrics]
         by_machine.setdefault((machine, budget), []).append(values)
         rows.append([machine, str(seed), format_number(budget)] + ["not reached" if v is None else format_number(v)
                                                                    for v in values])
@@ -173,6 +168,12 @@ def win_table(records, budget_s: float | None = None) -> Table:
             rows.append([machine, how, format_number(budget)]
                         + ["not reached" if v is None else format_number(v) for v in cells])
     return Table(columns, rows, [False, False] + [True] * (len(columns) - 2))
+
+
+def _seed_value(records, machine: str, seed: int, budget_s: float, metric: str) -> float | None:
+    """The value of ``metric`` in one run's records (a machine, a seed, a budget), or None where it has none."""
+    return next((r.value for r in records if (r.machine, r.params["seed"], r.params["budget_s"], r.metric)
+                 == (machine, seed, budget_s, metric)), None)
 
 
 def _over_seeds(values: list, metric: str, how: str) -> float | None:
@@ -199,7 +200,7 @@ def target_lines(records, machine: str, budget_s: float = 1800.0) -> list[str]:
         return [f"{machine}: no 'bench wins' runs of {format_number(budget_s)} s on file"]
 
     def per_seed(metric):
-        return [next((r.value for r in runs if r.params["seed"] == seed and r.metric == metric), None) for seed in seeds]
+        return [_seed_value(runs, machine, seed, budget_s, metric) for seed in seeds]
 
     to_60 = _over_seeds(per_seed("seconds to mean score 60"), "seconds to mean score 60", "worst")
     wins = _over_seeds(per_seed("evaluation win rate (greedy)"), "evaluation win rate (greedy)", "worst")

@@ -364,14 +364,14 @@ class PPO:
         action, logprob = self.act(obs)
         next_obs, reward, terminated, truncated, info = self.env.step(
             torch.where(self.flipped, mirror_actions(action), action) if c.mirror else action)
-        final_obs = info["final_obs"]
+        final_obs, done = info["final_obs"], terminated | truncated
         if c.mirror:  # a finished game's last observation as its game was seen; a new game is drawn again
             final_obs = self._seen(final_obs, self.flipped)
-            self.flipped.copy_(torch.where(terminated | truncated, torch.rand_like(reward) < 0.5, self.flipped))
+            self.flipped.copy_(torch.where(done, torch.rand_like(reward) < 0.5, self.flipped))
             next_obs = self._seen(next_obs, self.flipped)
         if c.food_shaping:  # towards the food earns, away costs; a game's end has potential 0
-            ended = terminated | truncated if not c.bootstrap_truncated else terminated
-            reached = torch.where((terminated | truncated).view(-1, *[1] * (obs.ndim - 1)), final_obs, next_obs)
+            ended = terminated if c.bootstrap_truncated else done
+            reached = torch.where(done.view(-1, *[1] * (obs.ndim - 1)), final_obs, next_obs)
             reward = reward + c.food_shaping * shaping_rewards(obs, reached, ended, c.gamma, c.obs_type, c.height,
                                                                c.width)
         if c.reward_scale != 1.0:
@@ -384,7 +384,7 @@ class PPO:
         if c.bootstrap_truncated:  # a truncated game did not end: bootstrap from the value of its real last observation
             reward = reward + c.gamma * final_value * truncated
         for storage, x in ((self.obs, obs), (self.actions, action), (self.logprobs, logprob), (self.values, value),
-                           (self.rewards, reward), (self.dones, (terminated | truncated).to(torch.float32)),
+                           (self.rewards, reward), (self.dones, done.to(torch.float32)),
                            (self.scores, info["episode"]["score"]), (self.finished, info["_episode"])):
             storage.index_copy_(0, t, x[None].to(storage.dtype))
         return next_obs, next_value
