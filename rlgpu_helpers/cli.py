@@ -103,17 +103,31 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def suite_options(suite, settings) -> dict:
-    """``bench --set NAME=VALUE`` as keyword arguments of the suite's function: Python literals, names checked."""
+    """``bench --set NAME=VALUE`` as keyword arguments of the suite's function: Python literals, names checked.
+
+    A suite with ``settings`` (a config dataclass) also takes that config's fields, typed as
+    ``train --set`` types them.
+    """
     accepted = [name for name, p in inspect.signature(suite.run).parameters.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    options = {}
+    fields = [] if suite.settings is None else [f.name for f in dataclasses.fields(suite.settings)]
+    options, config = {}, []
     for name, text in settings:
+        if name in fields and name not in accepted:
+            config.append((name, text))
+            continue
         if name not in accepted:
-            raise UsageError(f"--set {name}={text}: the suite takes {', '.join(accepted) or 'no options'}")
+            also = f", or a setting of {suite.settings.__name__}" if fields else ""
+            raise UsageError(f"--set {name}={text}: the suite takes {', '.join(accepted) or 'no options'}{also}")
         try:
             options[name] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             raise UsageError(f"--set {name}={text}: not a Python literal (a number, a string in quotes, a tuple)") from None
+    if config:
+        try:
+            options.update(typed_settings(suite.settings, config, "--set"))
+        except (TypeError, ValueError) as error:
+            raise UsageError(str(error)) from None
     return options
 
 

@@ -10,6 +10,7 @@ from rlgpu_helpers.measure.records import Record, load_json
 from rlgpu_helpers.bench.suites import SUITES, Suite
 from rlgpu_helpers.cli import main
 from rlgpu_helpers.core.device import device_report, machine_label
+from rlgpu_helpers.learn.ppo import PPOConfig
 
 
 @pytest.fixture(autouse=True)
@@ -129,6 +130,26 @@ def test_bench_set_passes_the_suites_own_options_as_python_literals(monkeypatch,
     assert seen == [((1, 2), 2.5)]
     for option, message in (("frames=3", "--set frames=3: the suite takes seeds, budget_s"),
                             ("seeds=range(3)", "--set seeds=range(3): not a Python literal")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["bench", "toy", "--device", "cpu", "--set", option])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+
+def test_bench_set_also_takes_the_settings_of_a_suite_with_a_config(monkeypatch, capsys):
+    seen = []
+
+    def toy_suite(device, progress, *, seeds=(0,), **overrides):
+        seen.append((seeds, overrides))
+        return [Record("toy", "plain", "speed", 42.0, "steps/s", {}, None, machine_label(device_report("cpu")))]
+
+    monkeypatch.setitem(SUITES, "toy", Suite(toy_suite, "a toy", settings=PPOConfig))
+    assert main(["bench", "toy", "--device", "cpu", "--set", "seeds=(1,)", "--set", "food_shaping=0.2",
+                 "--set", "update_epochs=2", "--set", "mirror=false"]) == 0
+    assert seen == [((1,), {"food_shaping": 0.2, "update_epochs": 2, "mirror": False})]
+    assert isinstance(seen[0][1]["food_shaping"], float)  # typed as train --set types it
+    for option, message in (("frames=3", "the suite takes seeds, or a setting of PPOConfig"),
+                            ("update_epochs=2.5", "update_epochs")):
         with pytest.raises(SystemExit) as exit_info:
             main(["bench", "toy", "--device", "cpu", "--set", option])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -8,16 +8,20 @@ from rlgpu_helpers.bench.time_to_score import Curve
 from rlgpu_helpers.bench.time_to_win import (
     NAME,
     WinRun,
+    lesson_costs,
+    lesson_switches,
     load_win_curves,
     measure_wins,
     network_costs,
     plot_win_curves,
-    target_lines,
+    preset_changes,
     save_win_curves,
+    target_lines,
     win_records,
     win_table,
 )
 from rlgpu_helpers.learn.agents import load_agent
+from rlgpu_helpers.learn.tune import win_settings
 from rlgpu_helpers.learn.training import ScoreCurve
 from rlgpu_helpers.learn.wins import WinRecord
 from rlgpu_helpers.measure.records import Record
@@ -93,7 +97,8 @@ def test_the_table_shows_each_seed_then_the_median_and_the_worst_seed():
                        r.unit, r.params, None, r.machine) for r in records]
 
     table = win_table(run(0, 300.0, 60.0) + run(1, None, 20.0) + run(2, 500.0, 80.0))
-    rows = {row[1]: row for row in table.rows}
+    rows = {row[2]: row for row in table.rows}
+    assert {row[1] for row in table.rows} == {"fp32"}  # a record without a precision: the default
     column = table.columns.index("s to mean 60")
     assert rows["1"][column] == "not reached" and rows["median"][column] == "500"
     assert rows["worst"][column] == "not reached"  # a seed that never got there is the worst
@@ -111,6 +116,8 @@ def test_curves_are_saved_with_their_machine_and_command_and_plotted(tmp_path):
     score_ax, win_ax = fig.axes
     assert "minutes" in score_ax.get_xlabel() and "(%)" in win_ax.get_ylabel()
     assert list(win_ax.lines[0].get_ydata()) == [0.0, 0.0, 2.0, 60.0]
+    assert list(score_ax.lines[-1].get_ydata()) == [97, 97]  # the full 10x10 board
+    assert list(plot_win_curves(document["curves"], size=20).axes[0].lines[-1].get_ydata()) == [397, 397]
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(ValueError, match="not a file of time-to-win curves"):
         load_win_curves(tmp_path / "other.json")
@@ -137,3 +144,51 @@ def test_a_target_is_met_only_if_the_worst_seed_meets_it():
     missed = target_lines(records(0, 300.0, 90.0) + records(1, None, 49.0), "m")
     assert "not met (worst seed: never)" in missed[0] and "not met" in missed[1]
     assert target_lines([], "m") == ["m: no 'bench wins' runs of 1,800 s on file"]
+
+
+def test_runs_of_different_setups_are_never_pooled():
+    def records(seed, precision, changes, to_60):
+        params = {"budget_s": 1800.0, "seed": seed, "precision": precision, "changes": changes}
+        return [Record(NAME, "v", "seconds to mean score 60", to_60, "s", params, None, "m"),
+                Record(NAME, "v", "evaluation win rate (greedy)", 0.0, "%", params, None, "m")]
+
+    on_file = (records(0, "fp32", "", 900.0) + records(1, "fp32", "", 800.0) + records(0, "bf16", "", 500.0)
+               + records(1, "bf16", "", 550.0) + records(0, "bf16", "food_shaping=0.2", 300.0))
+    lines = target_lines(on_file, "m")
+    assert len(lines) == 6
+    assert "m (bf16), 2 seeds (0, 1): mean score 60 within 10 minutes on every seed: met (worst seed: 550 s)" in lines
+    assert "m (fp32), 2 seeds (0, 1): mean score 60 within 10 minutes on every seed: not met (worst seed: 900 s)" \
+        in lines
+    table = win_table(on_file)
+    worst = {row[1]: row[table.columns.index("s to mean 60")] for row in table.rows if row[2] == "worst"}
+    assert worst == {"fp32": "900", "bf16": "550"}  # the one-seed setup has no summary rows
+    assert [row[1] for row in table.rows].count("bf16, food_shaping=0.2") == 1
+
+
+def test_a_runs_changes_name_what_differs_from_the_preset():
+    preset = {"precision": "bf16", "food_shaping": 0.0, "mirror": True}
+    assert preset_changes(preset, {}) == ""
+    assert preset_changes(preset, {"mirror": True}) == ""  # the preset's own value is no change
+    assert preset_changes(preset, {"mirror": False, "food_shaping": 0.2}) == "food_shaping=0.2, mirror=False"
+
+
+def test_the_suite_refuses_settings_it_sets_itself_or_that_ppo_lacks():
+    with pytest.raises(ValueError, match=r"bench wins sets \['height', 'seed'\] itself"):
+        measure_wins("cpu", progress=False, seed=3, height=8)
+    with pytest.raises(ValueError, match="unknown settings"):
+        measure_wins("cpu", progress=False, frames=3)
+    with pytest.raises(TypeError, match="food_shaping"):
+        measure_wins("cpu", progress=False, food_shaping="lots")
+
+
+
+def test_lesson_costs_time_the_preset_with_each_lessons_choice_switched():
+    switches = lesson_switches("cpu")
+    preset = switches.pop("the preset")
+    assert preset == {} and {"compile": True} in switches.values()
+    assert any(change.get("precision") not in (None, win_settings("cpu")["precision"]) for change in switches.values())
+    assert not any("cuda_graphs" in change for change in switches.values())  # no CUDA graphs on a CPU
+    table = lesson_costs("cpu", size=6, iterations=1, num_envs=8, num_steps=8, hidden=8,
+                         switches={"the preset": {}, "08: fp32": {"precision": "fp32"}})
+    assert [row[0] for row in table.rows] == ["the preset", "08: fp32"]
+    assert all(float(row[3].replace(",", "")) > 0 for row in table.rows)

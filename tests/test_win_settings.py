@@ -16,6 +16,7 @@ from rlgpu_helpers.learn.nets import ActorCritic, EgoCNN, init_layer, make_encod
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
 from rlgpu_helpers.learn.symmetry import mirror_actions, mirror_observation
 from rlgpu_helpers.learn.training import ADDED_FIELDS, train
+from rlgpu_helpers.learn import tune
 from rlgpu_helpers.learn.tune import win_settings
 from rlgpu_helpers.snake import rules
 
@@ -232,6 +233,14 @@ def test_the_win_preset_is_valid_on_each_device_and_plays_the_board_from_the_hea
         assert settings["obs_type"] == "ego_grid" and settings["mirror"] and not settings["bootstrap_truncated"]
         PPOConfig(**settings)  # a valid config (on a CPU machine the device stays the default cpu)
     assert win_settings("cuda")["net"] == "ego_cnn" and win_settings("cpu")["net"] == "mlp"
+
+
+@pytest.mark.parametrize("bf16_native", [True, False])
+def test_the_win_preset_takes_bf16_on_a_cpu_only_where_it_multiplies_bf16_natively(monkeypatch, bf16_native):
+    traits = tune.device_traits("cpu")
+    monkeypatch.setattr(tune, "device_traits", lambda device: dataclasses.replace(traits, bf16_native=bf16_native))
+    assert win_settings("cpu")["precision"] == ("bf16" if bf16_native else "fp32")
+    assert win_settings("cuda")["precision"] == "fp32"  # not measured in bf16 on a GPU yet
 
 
 def test_train_preset_win_then_play(tmp_path, capsys):

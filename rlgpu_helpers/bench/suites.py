@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..learn.ppo import PPOConfig
 from ..measure.records import Record
 from .ablation import measure_capstone
 from .accumulation import measure_accumulation
@@ -34,11 +35,16 @@ from .transfers import measure_transfers
 
 @dataclasses.dataclass(frozen=True)
 class Suite:
-    """A benchmark suite: its function, the lesson it belongs to, and whether it runs on the CPU only."""
+    """A benchmark suite: its function, the lesson it belongs to, and whether it runs on the CPU only.
+
+    ``settings``: a config dataclass whose fields ``bench --set`` may also give, passed on to the
+    suite's function as keywords (``bench wins --set food_shaping=0.2`` changes the trained preset).
+    """
 
     run: Callable[[torch.device, bool], list[Record]]
     lesson: str
     cpu_only: bool = False
+    settings: type | None = None
 
 
 SUITES = {
@@ -55,6 +61,7 @@ SUITES = {
     "graphs": Suite(measure_graphs, "09: time per step eager, compiled and graph-captured, by part and N"),
     "ddp": Suite(measure_ddp, "10: PPO's env steps/s and time per update by processes (torchrun, DDP)"),
     "training": Suite(measure_training, "11: time to a mean score, PPO against the baselines"),
-    "wins": Suite(measure_wins, "11: time to win: the 'win' preset on 3 seeds for 30 minutes, then 1,000 games each"),
+    "wins": Suite(measure_wins, "12: time to win: the 'win' preset on 3 seeds for 30 minutes, then 1,000 games each",
+                  settings=PPOConfig),
     "capstone": Suite(measure_capstone, "11: the capstone's settings chosen by the helpers, and each lesson switched off"),
 }

@@ -26,17 +26,20 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from tqdm.auto import tqdm
 
+from ..core.args import check_settings
 from ..core.checks import check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of
 from ..core.files import atomic_write
 from ..learn.agents import save_agent
 from ..learn.nets import ActorCritic
+from ..learn.ppo import PPO, PPOConfig
 from ..learn.tune import trial_run, win_settings
 from ..learn.wins import WinRecord, evaluate_wins
 from ..measure.records import Record, select
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
+from ..snake import rules
 from .time_to_score import Curve, curve_records
 
 NAME = "time to win"
@@ -70,11 +73,12 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
     ``agent``: also save the trained network there (``play`` loads it).
     """
     device = get_device(device, param="device")
-    settings = {**win_settings(device), "height": size, "width": size, **overrides}
+    preset = win_settings(device)
+    settings = {**preset, "height": size, "width": size, **overrides}
     result = trial_run(budget_s, seed, device, progress=progress, **settings)
     learner, c = result.learner, result.learner.config
     details = {"obs_type": c.obs_type, "net": c.net, "num_envs": c.num_envs, "size": size,
-               "precision": c.precision, "compile": c.compile}
+               "precision": c.precision, "compile": c.compile, "changes": preset_changes(preset, overrides)}
     curve = Curve("ours", result.seconds, result.env_steps, result.curve, details, name=VARIANT)
     learner.model.eval()
     evaluations = {
@@ -91,6 +95,15 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
             "curve": result.curve,  # the time-to-win curve, for plotting it again
         })
     return WinRun(seed, curve, evaluations)
+
+
+def preset_changes(preset: dict, overrides: dict) -> str:
+    """The ``overrides`` that change the preset's settings, as ``"name=value, ..."`` ("" for the preset itself).
+
+    A run's records carry it, so that a run with, say, ``food_shaping=0.2`` is never mistaken
+    for the preset's.
+    """
+    return ", ".join(f"{name}={value!r}" for name, value in sorted(overrides.items()) if preset.get(name) != value)
 
 
 def win_records(run: WinRun, machine: str, budget_s: float) -> list[Record]:
@@ -124,11 +137,16 @@ def measure_wins(device, progress: bool = True, *, budget_s: float | None = None
     Full size: 30 minutes on each of seeds 0, 1, 2 on the 10x10 board, 1,000 evaluation games per
     way of playing (about 95 minutes on a 2-core CPU). Quick: 3 s on a 6x6 board with fewer games
     and steps, to check that it runs. ``agents``: a folder to save each seed's trained agent in.
+    ``overrides``: ``PPOConfig`` settings that change the preset; the records name them (``changes``).
     """
     budget = check_number("budget_s", pick(full=1800.0, quick=3.0) if budget_s is None else budget_s, above=0)
     seeds = check_ints("seeds", pick(full=(0, 1, 2), quick=(0,)) if seeds is None else seeds, minimum=0)
     games = check_int("games", pick(full=1000, quick=8) if games is None else games)
     size = check_int("size", pick(full=10, quick=6) if size is None else size)
+    taken = sorted(set(overrides) & {"device", "seed", "height", "width"})
+    if taken:
+        raise ValueError(f"bench wins sets {taken} itself: give the device, seeds= and size= instead")
+    check_settings(PPOConfig, overrides, "the settings changed from the preset")
     overrides = {**pick(full={}, quick={"num_envs": 32, "num_steps": 16, "hidden": 16}), **overrides}
     machine = machine_of(device)
     records = []
@@ -142,38 +160,50 @@ def measure_wins(device, progress: bool = True, *, budget_s: float | None = None
 # ---------------------------------------------------------------------------- showing the runs
 
 def win_table(records, budget_s: float | None = None) -> Table:
-    """One row per machine and seed of ``bench wins`` records: the time to mean 60, the end, the evaluation.
+    """One row per run of ``bench wins`` records: the time to mean 60, the end, the evaluation.
 
-    ``budget_s``: only the runs of that budget. Then a row per machine for the median and the
-    worst seed (the targets are met only if the worst seed meets them).
+    A run is a machine, a setup (its precision, and its changes to the preset if any), a seed and
+    a budget. ``budget_s``: only the runs of that budget. Then, per machine, setup and budget, a
+    row for the median and one for the worst seed (a target is met only if the worst seed meets it).
     """
     records = [r for r in select(records, name=NAME) if budget_s is None or r.params.get("budget_s") == budget_s]
-    runs = sorted({(r.machine, r.params["seed"], r.params["budget_s"]) for r in records})
-    columns = ["machine", "seed", "budget (s)", "env steps/s", "s to mean 60", "final mean (food)",
+    columns = ["machine", "setup", "seed", "budget (s)", "env steps/s", "s to mean 60", "final mean (food)",
                "greedy wins (%)", "sampled wins (%)", "greedy mean (food)", "greedy median (food)"]
     metrics = ["throughput", "seconds to mean score 60", "final mean score", "evaluation win rate (greedy)",
                "evaluation win rate (sampled)", "evaluation mean score (greedy)", "evaluation median score (greedy)"]
 
-    rows, by_machine = [], {}
-    for machine, seed, budget in runs:
-        values = [_seed_value(records, machine, seed, budget, m) for m in metrics]
-        by_machine.setdefault((machine, budget), []).append(values)
-        rows.append([machine, str(seed), format_number(budget)] + ["not reached" if v is None else format_number(v)
-                                                                   for v in values])
-    for (machine, budget), runs_here in by_machine.items():
-        if len(runs_here) < 2:
+    def cells(values):
+        return ["not reached" if v is None else format_number(v) for v in values]
+
+    rows, groups = [], {}
+    for key in sorted({_run_key(r) for r in records}):
+        machine, setup, seed, budget = key
+        values = [_run_value(records, key, m) for m in metrics]
+        groups.setdefault((machine, setup, budget), []).append(values)
+        rows.append([machine, setup, str(seed), format_number(budget)] + cells(values))
+    for (machine, setup, budget), runs in groups.items():
+        if len(runs) < 2:
             continue
         for how in ("median", "worst"):
-            cells = [_over_seeds([run[i] for run in runs_here], metric, how) for i, metric in enumerate(metrics)]
-            rows.append([machine, how, format_number(budget)]
-                        + ["not reached" if v is None else format_number(v) for v in cells])
-    return Table(columns, rows, [False, False] + [True] * (len(columns) - 2))
+            rows.append([machine, setup, how, format_number(budget)]
+                        + cells([_over_seeds([run[i] for run in runs], m, how) for i, m in enumerate(metrics)]))
+    return Table(columns, rows, [False, False, False] + [True] * (len(columns) - 3))
 
 
-def _seed_value(records, machine: str, seed: int, budget_s: float, metric: str) -> float | None:
-    """The value of ``metric`` in one run's records (a machine, a seed, a budget), or None where it has none."""
-    return next((r.value for r in records if (r.machine, r.params["seed"], r.params["budget_s"], r.metric)
-                 == (machine, seed, budget_s, metric)), None)
+def setup_of(params: dict) -> str:
+    """How a run was set up, as the tables name it: its precision, then its changes to the preset if any."""
+    changes = params.get("changes", "")
+    return params.get("precision", "fp32") + (f", {changes}" if changes else "")
+
+
+def _run_key(record: Record) -> tuple:
+    """The run a record belongs to: machine, setup, seed, budget."""
+    return record.machine, setup_of(record.params), record.params["seed"], record.params["budget_s"]
+
+
+def _run_value(records, key: tuple, metric: str) -> float | None:
+    """The value of ``metric`` in the records of the run ``key`` (:func:`_run_key`), or None where it has none."""
+    return next((r.value for r in records if r.metric == metric and _run_key(r) == key), None)
 
 
 def _over_seeds(values: list, metric: str, how: str) -> float | None:
@@ -189,30 +219,33 @@ def _over_seeds(values: list, metric: str, how: str) -> float | None:
 
 
 def target_lines(records, machine: str, budget_s: float = 1800.0) -> list[str]:
-    """Issue 22's two targets against the worst seed of ``machine``'s ``bench wins`` runs of ``budget_s``.
+    """Issue 22's two targets against the worst seed of ``machine``'s ``bench wins`` runs of ``budget_s``, per setup.
 
     A mean score of 60 within 10 minutes, and half of the greedy evaluation games won after 30
     minutes, on every seed: a target is met only if the worst seed meets it.
     """
     runs = [r for r in select(records, name=NAME, machine=machine) if r.params.get("budget_s") == budget_s]
-    seeds = sorted({r.params["seed"] for r in runs})
-    if not seeds:
+    if not runs:
         return [f"{machine}: no 'bench wins' runs of {format_number(budget_s)} s on file"]
+    lines = []
+    for setup in sorted({setup_of(r.params) for r in runs}):
+        seeds = sorted({r.params["seed"] for r in runs if setup_of(r.params) == setup})
 
-    def per_seed(metric):
-        return [_seed_value(runs, machine, seed, budget_s, metric) for seed in seeds]
+        def worst(metric):
+            values = [_run_value(runs, (machine, setup, seed, budget_s), metric) for seed in seeds]
+            return _over_seeds(values, metric, "worst")
 
-    to_60 = _over_seeds(per_seed("seconds to mean score 60"), "seconds to mean score 60", "worst")
-    wins = _over_seeds(per_seed("evaluation win rate (greedy)"), "evaluation win rate (greedy)", "worst")
-    head = f"{machine}, {len(seeds)} seeds ({', '.join(map(str, seeds))}):"
-    return [
-        f"{head} mean score 60 within 10 minutes on every seed: "
-        + ("met" if to_60 is not None and to_60 <= 600 else "not met")
-        + f" (worst seed: {'never' if to_60 is None else format_number(to_60) + ' s'})",
-        f"{head} half of the greedy games won after {format_number(budget_s / 60)} minutes on every seed: "
-        + ("met" if wins is not None and wins >= 50 else "not met")
-        + f" (worst seed: {'no evaluation' if wins is None else format_number(wins) + '%'})",
-    ]
+        to_60, wins = worst("seconds to mean score 60"), worst("evaluation win rate (greedy)")
+        head = f"{machine} ({setup}), {len(seeds)} seeds ({', '.join(map(str, seeds))}):"
+        lines += [
+            f"{head} mean score 60 within 10 minutes on every seed: "
+            + ("met" if to_60 is not None and to_60 <= 600 else "not met")
+            + f" (worst seed: {'never' if to_60 is None else format_number(to_60) + ' s'})",
+            f"{head} half of the greedy games won after {format_number(budget_s / 60)} minutes on every seed: "
+            + ("met" if wins is not None and wins >= 50 else "not met")
+            + f" (worst seed: {'no evaluation' if wins is None else format_number(wins) + '%'})",
+        ]
+    return lines
 
 
 def save_win_curves(path: str | Path, curves: dict[str, list[dict]], report: dict, command: str) -> Path:
@@ -230,8 +263,12 @@ def load_win_curves(path: str | Path) -> dict:
     return document
 
 
-def plot_win_curves(curves: dict[str, list[dict]], title: str = "The 'win' preset: learning to fill the board"):
-    """Mean score of the last 100 games and the share of them won, against wall time, one line per run."""
+def plot_win_curves(curves: dict[str, list[dict]], title: str = "The 'win' preset: learning to fill the board",
+                    size: int = 10):
+    """Mean score of the last 100 games and the share of them won, against wall time, one line per run.
+
+    ``size``: the side of the runs' board, whose full score is drawn as a dotted line.
+    """
     import matplotlib.pyplot as plt
 
     fig, (score_ax, win_ax) = plt.subplots(1, 2, figsize=(11, 4))
@@ -240,7 +277,8 @@ def plot_win_curves(curves: dict[str, list[dict]], title: str = "The 'win' prese
         score_ax.plot(seconds, [p["mean_score"] if p["mean_score"] is not None else float("nan") for p in points],
                       label=label)
         win_ax.plot(seconds, [100 * (p.get("win_rate") or 0.0) for p in points], label=label)
-    score_ax.axhline(97, color="grey", linestyle=":", label="a full 10x10 board (97)")
+    full = rules.winning_score(size, size)
+    score_ax.axhline(full, color="grey", linestyle=":", label=f"a full {size}x{size} board ({full})")
     score_ax.set(xlabel="training time (minutes)", ylabel="mean score of the last 100 games (food)", title=title)
     win_ax.set(xlabel="training time (minutes)", ylabel="games won among the last 100 (%)",
                title="The time-to-win curve")
@@ -277,3 +315,51 @@ def network_costs(obs_shape, nets=("auto", "ego_cnn", "mlp"), *, hidden: int = 2
                      format_number(3 * 2 * macs * batch / seconds / 1e9)])
     return Table(["net", "weights", "forward MMAC per sample", f"forward+backward ms ({batch:,} samples)",
                   "samples/s", "GFLOP/s"], rows, [False] + [True] * 5)
+
+
+def lesson_switches(device) -> dict[str, dict]:
+    """The preset on ``device`` and, per GPU lesson, its settings with that lesson's choice switched.
+
+    Notebook 08: the other precision (fp32 where the preset takes bf16, else bf16). Notebook 09:
+    compiled, and on a GPU captured in a CUDA graph too (the preset runs eager on a CPU, compiled
+    nowhere yet). Notebook 06: a quarter and four times the preset's games.
+    """
+    device = get_device(device, param="device")
+    preset = win_settings(device)
+    switches = {"the preset": {},
+                "08: precision " + ("fp32" if preset["precision"] != "fp32" else "bf16"):
+                    {"precision": "fp32" if preset["precision"] != "fp32" else "bf16"},
+                "09: compiled": {"compile": True}}
+    if device.type == "cuda":
+        switches["09: compiled + CUDA graphs"] = {"compile": True, "cuda_graphs": True}
+    games = preset["num_envs"]
+    switches[f"06: {games // 4:,} games"] = {"num_envs": games // 4}
+    switches[f"06: {games * 4:,} games"] = {"num_envs": games * 4}
+    return switches
+
+
+def lesson_costs(device, *, size: int = 10, iterations: int = 3, switches: dict[str, dict] | None = None,
+                 **overrides) -> Table:
+    """What each GPU lesson's choice does to the speed of the ``"win"`` preset's PPO iterations on ``device``.
+
+    For each of ``switches`` (default :func:`lesson_switches`): the first iteration's seconds
+    (a compile's cost lands there), then the median of ``iterations`` more, as seconds per
+    iteration and env steps/s. ``overrides``: ``PPOConfig`` settings applied to every row (a
+    smaller run for a quick check). Speed only: whether a setting also learns faster per second
+    is a training run's question (``bench wins``).
+    """
+    device = get_device(device, param="device")
+    check_int("iterations", iterations)
+    switches = lesson_switches(device) if switches is None else switches
+    rows = []
+    for name, change in switches.items():
+        settings = {**win_settings(device), "height": size, "width": size, **overrides, **change,
+                    "device": str(device)}
+        learner = PPO(PPOConfig(**settings))
+        first = time_callable(learner.iterate, warmup=0, repeats=1, device=device).median
+        timing = time_callable(learner.iterate, warmup=0, repeats=iterations, device=device)
+        steps = learner.config.num_envs * learner.config.num_steps
+        rows.append([name, format_number(first), format_number(timing.median * 1e3), f"{steps / timing.median:,.0f}"])
+        del learner
+    return Table(["setting", "first iteration (s)", "ms per iteration (median)", "env steps/s"], rows,
+                 [False, True, True, True])
