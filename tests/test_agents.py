@@ -1,11 +1,13 @@
 """Agent files: save, load (also from checkpoints), greedy play, and clear errors."""
 
 import dataclasses
+import json
 import itertools
 
 import pytest
 import torch
 
+from rlgpu_helpers.core.files import data_dir
 from rlgpu_helpers.learn.agents import Agent, load_agent, play_episode, save_agent
 from rlgpu_helpers.learn.checkpoint import CheckpointError, save_checkpoint
 from rlgpu_helpers.learn.training import make_learner, train
@@ -99,3 +101,14 @@ def test_a_broken_agent_file_is_a_checkpoint_error_naming_the_field(tmp_path, ed
     save_checkpoint(path, state)
     with pytest.raises(CheckpointError, match=message):
         load_agent(path)
+
+
+def test_every_agent_on_file_loads_and_names_the_command_machine_and_date_that_made_it():
+    paths = sorted((data_dir() / "agents").glob("*.pt"))
+    assert paths
+    for path in paths:
+        agent = load_agent(path)
+        summary = json.loads(path.with_suffix(".json").read_text())
+        assert summary["command"].startswith("python -m rlgpu_helpers "), path.name
+        assert summary["machine"]["torch"] and len(summary["date"]) == 10, path.name
+        assert summary["config"]["obs_type"] == agent.config["obs_type"], path.name
