@@ -1,8 +1,8 @@
 """Agent files: save, load (also from checkpoints), greedy play, and clear errors."""
 
 import dataclasses
-import json
 import itertools
+import json
 
 import pytest
 import torch

@@ -227,15 +227,15 @@ def target_lines(records, machine: str, budget_s: float = 1800.0) -> list[str]:
     runs = [r for r in select(records, name=NAME, machine=machine) if r.params.get("budget_s") == budget_s]
     if not runs:
         return [f"{machine}: no 'bench wins' runs of {format_number(budget_s)} s on file"]
+    def worst(setup, seeds, metric):
+        values = [_run_value(runs, (machine, setup, seed, budget_s), metric) for seed in seeds]
+        return _over_seeds(values, metric, "worst")
+
     lines = []
     for setup in sorted({setup_of(r.params) for r in runs}):
         seeds = sorted({r.params["seed"] for r in runs if setup_of(r.params) == setup})
-
-        def worst(metric):
-            values = [_run_value(runs, (machine, setup, seed, budget_s), metric) for seed in seeds]
-            return _over_seeds(values, metric, "worst")
-
-        to_60, wins = worst("seconds to mean score 60"), worst("evaluation win rate (greedy)")
+        to_60 = worst(setup, seeds, "seconds to mean score 60")
+        wins = worst(setup, seeds, "evaluation win rate (greedy)")
         head = f"{machine} ({setup}), {len(seeds)} seeds ({', '.join(map(str, seeds))}):"
         lines += [
             f"{head} mean score 60 within 10 minutes on every seed: "
