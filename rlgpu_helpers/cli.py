@@ -124,10 +124,7 @@ def suite_options(suite, settings) -> dict:
         except (ValueError, SyntaxError):
             raise UsageError(f"--set {name}={text}: not a Python literal (a number, a string in quotes, a tuple)") from None
     if config:
-        try:
-            options.update(typed_settings(suite.settings, config, "--set"))
-        except (TypeError, ValueError) as error:
-            raise UsageError(str(error)) from None
+        options.update(typed_settings(suite.settings, config, suite.settings.__name__))
     return options
 
 

@@ -227,6 +227,7 @@ def target_lines(records, machine: str, budget_s: float = 1800.0) -> list[str]:
     runs = [r for r in select(records, name=NAME, machine=machine) if r.params.get("budget_s") == budget_s]
     if not runs:
         return [f"{machine}: no 'bench wins' runs of {format_number(budget_s)} s on file"]
+
     def worst(setup, seeds, metric):
         values = [_run_value(runs, (machine, setup, seed, budget_s), metric) for seed in seeds]
         return _over_seeds(values, metric, "worst")
@@ -326,10 +327,8 @@ def lesson_switches(device) -> dict[str, dict]:
     """
     device = get_device(device, param="device")
     preset = win_settings(device)
-    switches = {"the preset": {},
-                "08: precision " + ("fp32" if preset["precision"] != "fp32" else "bf16"):
-                    {"precision": "fp32" if preset["precision"] != "fp32" else "bf16"},
-                "09: compiled": {"compile": True}}
+    other = "fp32" if preset["precision"] != "fp32" else "bf16"
+    switches = {"the preset": {}, f"08: precision {other}": {"precision": other}, "09: compiled": {"compile": True}}
     if device.type == "cuda":
         switches["09: compiled + CUDA graphs"] = {"compile": True, "cuda_graphs": True}
     games = preset["num_envs"]
@@ -351,10 +350,9 @@ def lesson_costs(device, *, size: int = 10, iterations: int = 3, switches: dict[
     device = get_device(device, param="device")
     check_int("iterations", iterations)
     switches = lesson_switches(device) if switches is None else switches
-    rows = []
+    preset, rows = win_settings(device), []
     for name, change in switches.items():
-        settings = {**win_settings(device), "height": size, "width": size, **overrides, **change,
-                    "device": str(device)}
+        settings = {**preset, "height": size, "width": size, **overrides, **change, "device": str(device)}
         learner = PPO(PPOConfig(**settings))
         first = time_callable(learner.iterate, warmup=0, repeats=1, device=device).median
         timing = time_callable(learner.iterate, warmup=0, repeats=iterations, device=device)
