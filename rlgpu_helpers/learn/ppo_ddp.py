@@ -63,8 +63,11 @@ from .training import (
 
 class DataParallelActorCritic(DistributedDataParallel):
     """DDP around ``ActorCritic``: ``forward`` (the loss) goes through DDP and all-reduces its
-    gradients; ``logits`` and ``value`` (acting and the critic's ratings, no gradient) go straight
-    to the network."""
+    gradients; ``rate``, ``logits`` and ``value`` (acting and the critic's ratings, no gradient) go
+    straight to the network."""
+
+    def rate(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.module(obs)
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         return self.module.logits(obs)
