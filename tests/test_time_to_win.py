@@ -118,6 +118,11 @@ def test_curves_are_saved_with_their_machine_and_command_and_plotted(tmp_path):
     assert list(win_ax.lines[0].get_ydata()) == [0.0, 0.0, 2.0, 60.0]
     assert list(score_ax.lines[-1].get_ydata()) == [97, 97]  # the full 10x10 board
     assert list(plot_win_curves(document["curves"], size=20).axes[0].lines[-1].get_ydata()) == [397, 397]
+    by_steps = plot_win_curves(document["curves"], x="env_steps").axes[0]
+    assert "env steps" in by_steps.get_xlabel()
+    assert list(by_steps.lines[0].get_xdata()) == [p["env_steps"] / 1e6 for p in points]
+    with pytest.raises(ValueError, match="x='hours'"):
+        plot_win_curves(document["curves"], x="hours")
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(ValueError, match="not a file of time-to-win curves"):
         load_win_curves(tmp_path / "other.json")
@@ -140,10 +145,31 @@ def test_a_target_is_met_only_if_the_worst_seed_meets_it():
         return out
 
     met = target_lines(records(0, 300.0, 90.0) + records(1, 590.0, 51.0), "m")
-    assert met[0].endswith("met (worst seed: 590 s)") and "every seed: met" in met[1] and "51" in met[1]
+    assert met[0].endswith("on the training curve: met (worst seed: 590 s)")
+    assert "half of the greedy games won after 30 minutes on every seed: met (worst seed: 51.0%)" in met[1]
     missed = target_lines(records(0, 300.0, 90.0) + records(1, None, 49.0), "m")
     assert "not met (worst seed: never)" in missed[0] and "not met" in missed[1]
     assert target_lines([], "m") == ["m: no 'bench wins' runs of 1,800 s on file"]
+
+
+def test_ten_minute_runs_are_also_judged_by_the_agents_greedy_mean():
+    def records(seed, to_60, greedy_mean):
+        params = {"budget_s": 600.0, "seed": seed}
+        played = {**params, "games": 200}
+        out = [Record(NAME, "v", "evaluation mean score (greedy)", greedy_mean, "food", played, None, "m"),
+               Record(NAME, "v", "evaluation win rate (greedy)", 0.0, "%", played, None, "m")]
+        if to_60 is not None:
+            out.append(Record(NAME, "v", "seconds to mean score 60", to_60, "s", params, None, "m"))
+        return out
+
+    lines = target_lines(records(0, 400.0, 61.0) + records(1, None, 60.5), "m", budget_s=600.0)
+    assert len(lines) == 2 and "on the training curve: not met (worst seed: never)" in lines[0]
+    assert lines[1].endswith("the agent after 10 minutes scores a mean of 60 in its greedy games (200 per seed) on "
+                             "every seed: met (worst seed: 60.5)")
+    one_seed = target_lines(records(0, None, 58.0), "m", budget_s=600.0)
+    assert one_seed[0].startswith("m (fp32), 1 seed (0): ") and "not met (worst seed: 58.0)" in one_seed[1]
+    lines = target_lines(records(0, 400.0, 61.0) + records(1, 500.0, 59.9), "m", budget_s=600.0)
+    assert "training curve: met (worst seed: 500 s)" in lines[0] and "not met (worst seed: 59.9)" in lines[1]
 
 
 def test_runs_of_different_setups_are_never_pooled():
@@ -156,9 +182,10 @@ def test_runs_of_different_setups_are_never_pooled():
                + records(1, "bf16", "", 550.0) + records(0, "bf16", "food_shaping=0.2", 300.0))
     lines = target_lines(on_file, "m")
     assert len(lines) == 6
-    assert "m (bf16), 2 seeds (0, 1): mean score 60 within 10 minutes on every seed: met (worst seed: 550 s)" in lines
-    assert "m (fp32), 2 seeds (0, 1): mean score 60 within 10 minutes on every seed: not met (worst seed: 900 s)" \
-        in lines
+    assert ("m (bf16), 2 seeds (0, 1): mean score 60 within 10 minutes on every seed, on the training curve: met "
+            "(worst seed: 550 s)") in lines
+    assert ("m (fp32), 2 seeds (0, 1): mean score 60 within 10 minutes on every seed, on the training curve: not met "
+            "(worst seed: 900 s)") in lines
     table = win_table(on_file)
     worst = {row[1]: row[table.columns.index("s to mean 60")] for row in table.rows if row[2] == "worst"}
     assert worst == {"fp32": "900", "bf16": "550"}  # the one-seed setup has no summary rows
