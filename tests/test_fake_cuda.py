@@ -312,14 +312,14 @@ def plant_blocking_copy_in_pinned_add(fc: FakeCuda) -> dict:
 
 def plant_host_tensor_in_rollout(fc: FakeCuda) -> None:
     """PPO's acting makes an index on the host at every rollout step (``torch.arange`` without ``device=``)."""
-    real_sample = PPO._sample
+    real_act = PPO.act
 
-    def sample_with_host_index(logits):
-        action, logprob = real_sample(logits)
-        rows = torch.arange(logits.shape[0])  # planted: a host tensor in the hot loop
+    def act_with_host_index(self, obs):
+        action, logprob = real_act(self, obs)
+        rows = torch.arange(obs.shape[0])  # planted: a host tensor in the hot loop
         return action, logprob[rows]
 
-    fc.replace(PPO, "_sample", staticmethod(sample_with_host_index))
+    fc.replace(PPO, "act", act_with_host_index)
     ppo = PPO(PPOConfig(**PPO_SIZES, device="cuda"))
     fc.count_calls(VecSnake, "step_tensors")
     with fc.hot("PPO rollout"):
@@ -360,7 +360,7 @@ HERE = Path(__file__).resolve().relative_to(ROOT).as_posix()
 PLANTED = {
     "a CPU tensor in PPO's rollout": Case(
         "ppo", plant_host_tensor_in_rollout, {"calls": {"VecSnake.step_tensors": PPO_SIZES["num_steps"]}},
-        {f"cpu-in-hot {HERE}:sample_with_host_index": "planted"}),
+        {f"cpu-in-hot {HERE}:act_with_host_index": "planted"}),
     "an .item() in VecSnake.step": Case(
         "vecsnake", plant_item_in_step, {"calls": {"VecSnake.step_tensors": STEPS}},
         {f"sync {HERE}:step_with_item": "planted"}),

@@ -102,22 +102,6 @@ def test_the_critic_runs_once_per_rollout_step_and_its_values_are_right():
         torch.testing.assert_close(ppo.next_value, ppo.model.value(ppo.next_obs))
 
 
-@pytest.mark.parametrize("bootstrap_truncated", [False, True])
-def test_a_shared_trunk_runs_once_per_observation_and_the_policy_acts_on_its_logits(bootstrap_truncated):
-    """Acting on step t+1 reuses the logits rated with step t's values, in the same pass of the trunk."""
-    ppo = PPO(PPOConfig(height=6, width=6, num_envs=16, num_steps=8, hidden=16, seed=5, net="mlp",
-                        obs_type="ego_grid", bootstrap_truncated=bootstrap_truncated))
-    rows = []
-    ppo.model.trunk.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
-    ppo.collect()
-    assert rows == [16] + [32 if bootstrap_truncated else 16] * 8  # the last observations join the pass
-    with torch.inference_mode():
-        logits, values = ppo.model(ppo.obs.flatten(0, 1))
-        logprobs = torch.log_softmax(logits, -1).gather(1, ppo.actions.flatten()[:, None]).squeeze(1)
-    torch.testing.assert_close(ppo.logprobs.flatten(), logprobs)
-    torch.testing.assert_close(ppo.values.flatten(), values)
-
-
 def test_bf16_autocasts_each_forward_pass_and_keeps_the_rest_in_float32():
     """Every forward pass sees the weights as they are now: no autocast region outlives an optimizer step."""
     fp32 = PPO(PPOConfig(height=6, width=6, num_envs=32, num_steps=8, hidden=16, seed=4))

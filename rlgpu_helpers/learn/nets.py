@@ -144,10 +144,6 @@ class ActorCritic(nn.Module):
         features = self.trunk(obs)
         return self.actor(features), self.critic(features).squeeze(-1)
 
-    def rate(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits and values for acting and bootstrapping: ``forward``, which a DDP wrapper sends past its hooks."""
-        return self(obs)
-
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         """The policy's action logits."""
         return self.actor(self.trunk(obs))

@@ -38,10 +38,8 @@ is a device tensor, annealed in place). Both off, the learner runs eagerly, as b
 Auto-reset happens inside the env step (``AutoresetMode.SAME_STEP``). A game cut off by the step
 limit (``truncated``) did not end: its reward is topped up with the discounted value of its real
 last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
-end by GAE. A game that ended (``terminated``) gets no bootstrap. One pass of the network per
-step rates the next observations for both heads: their values are this step's bootstrap, their
-logits are what the next step acts on, so a shared trunk (``net``) runs once per observation.
-The real last observations of the games that just finished join that pass when they need a value.
+end by GAE. A game that ended (``terminated``) gets no bootstrap. The critic rates the next
+observations and those last observations in one pass per step.
 
 Long games (notebook 12): ``bootstrap_truncated=False`` counts a truncation as an end instead (a
 snake that circles without eating loses its future), ``reward_scale`` shrinks the returns of games
@@ -301,7 +299,7 @@ class PPO:
             self.flipped.copy_(torch.rand(N, device=dev) < 0.5)
             self.next_obs = self._seen(self.next_obs, self.flipped)
         with torch.inference_mode():
-            self.next_logits, self.next_value = self._rate(self.next_obs)
+            self.next_value = self.model.value(self.next_obs)
         self.env_steps = 0
         self.iterations = 0
         launches = {"compile": c.compile, "cuda_graphs": c.cuda_graphs}
@@ -338,7 +336,8 @@ class PPO:
     def collect(self):
         c = self.config
         with torch.inference_mode():
-            self.next_logits, self.next_value = self._rate(self.next_obs)  # by the network as it is now
+            with self._forward():  # rated by the critic as it is now
+                self.next_value = self.model.value(self.next_obs).float()
             for t in range(c.num_steps):
                 self.rollout_step(t)
             advantages, returns = self._gae_fn(self.next_value)
@@ -353,19 +352,16 @@ class PPO:
     def rollout_step(self, t: int) -> None:
         """Act in every game, step the env and store step ``t`` of the rollout: no host read."""
         self._t.fill_(t)
-        self.next_obs, self.next_logits, self.next_value = self._rollout_fn(
-            self._t, self.next_obs, self.next_logits, self.next_value)
+        self.next_obs, self.next_value = self._rollout_fn(self._t, self.next_obs, self.next_value)
 
-    def _rollout_step_at(self, t: torch.Tensor, obs: torch.Tensor, logits: torch.Tensor, value: torch.Tensor):
-        """The rollout step ``t`` (a 1-element device tensor) from ``obs`` and the network's ``logits`` and
-        ``value`` of it: returns the next observations and theirs.
+    def _rollout_step_at(self, t: torch.Tensor, obs: torch.Tensor, value: torch.Tensor):
+        """The rollout step ``t`` (a 1-element device tensor) from ``obs`` and its ``value``: returns the next ones.
 
-        One pass of the network rates the next observations (their logits and values are step
-        ``t + 1``'s) and, with ``bootstrap_truncated``, the real last observations of the games that
-        just finished (their values are the bootstrap).
+        One critic pass rates both the next observations (their values are step ``t + 1``'s)
+        and the real last observations of the games that just finished (for the bootstrap).
         """
         c = self.config
-        action, logprob = self._sample(logits)
+        action, logprob = self.act(obs)
         next_obs, reward, terminated, truncated, info = self.env.step(
             torch.where(self.flipped, mirror_actions(action), action) if c.mirror else action)
         final_obs, done = info["final_obs"], terminated | truncated
@@ -380,17 +376,18 @@ class PPO:
                                                                c.width)
         if c.reward_scale != 1.0:
             reward = reward * c.reward_scale
+        with self._forward():
+            if c.bootstrap_truncated:
+                next_value, final_value = self.model.value(torch.cat([next_obs, final_obs])).float().view(2, -1)
+            else:
+                next_value = self.model.value(next_obs).float()
         if c.bootstrap_truncated:  # a truncated game did not end: bootstrap from the value of its real last observation
-            next_logits, values = self._rate(torch.cat([next_obs, final_obs]))
-            next_logits, (next_value, final_value) = next_logits[: len(obs)], values.view(2, -1)
             reward = reward + c.gamma * final_value * truncated
-        else:
-            next_logits, next_value = self._rate(next_obs)
         for storage, x in ((self.obs, obs), (self.actions, action), (self.logprobs, logprob), (self.values, value),
                            (self.rewards, reward), (self.dones, done.to(torch.float32)),
                            (self.scores, info["episode"]["score"]), (self.finished, info["_episode"])):
             storage.index_copy_(0, t, x[None].to(storage.dtype))
-        return next_obs, next_logits, next_value
+        return next_obs, next_value
 
     def _seen(self, obs: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
         """``obs`` as the policy sees it: mirrored (``learn.symmetry.mirror_observation``) in the ``flipped`` games.
@@ -404,19 +401,8 @@ class PPO:
         """The policy acting on ``obs``: an action per row, sampled without a sync, and its log-probability."""
         with self._forward():
             logits = self.model.logits(obs).float()
-        return self._sample(logits)
-
-    @staticmethod
-    def _sample(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """An action per row of ``logits``, sampled without a sync, and its log-probability."""
         action = sample_actions(logits)
         return action, torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
-
-    def _rate(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The network's logits and values of ``obs`` (float32): both heads, from one pass of a shared trunk."""
-        with self._forward():
-            logits, value = self.model.rate(obs)
-        return logits.float(), value.float()
 
     def _matmul_precision(self):
         """The TF32 setting of ``config.precision`` around a whole iteration, where compiled code cannot make it."""

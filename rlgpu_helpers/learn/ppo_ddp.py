@@ -63,11 +63,8 @@ from .training import (
 
 class DataParallelActorCritic(DistributedDataParallel):
     """DDP around ``ActorCritic``: ``forward`` (the loss) goes through DDP and all-reduces its
-    gradients; ``rate``, ``logits`` and ``value`` (acting and the critic's ratings, no gradient) go
-    straight to the network."""
-
-    def rate(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.module(obs)
+    gradients; ``logits`` and ``value`` (acting and the critic's ratings, no gradient) go straight
+    to the network."""
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         return self.module.logits(obs)
