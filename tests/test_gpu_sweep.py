@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlgpu_helpers.measure.records import Record, load_json
+from rlgpu_helpers.measure.records import Record, load_json, save_reference
 from rlgpu_helpers.bench.suites import SUITES, Suite
 from rlgpu_helpers.core.device import device_report, machine_label
 
@@ -166,6 +166,10 @@ def toy(device, value=1.0):
                    machine_label(device_report(device)))]
 
 
+def same(device, value=1.0):
+    return [Record("toy", "same figure", "speed", value, "steps/s", {}, None, machine_label(device_report(device)))]
+
+
 def slow(device):
     time.sleep(600)
 
@@ -186,9 +190,9 @@ def stubs(tmp_path, monkeypatch):
     return sweep.step_environment([], dry=True)
 
 
-def run(number, tmp_path, env, **options):
-    return sweep.run_call(number, device="cpu", report=device_report("cpu"), data=tmp_path / "data",
-                          out=tmp_path / "out", env=env, **options)
+def run(number, tmp_path, env, data="data", out="out", **options):
+    return sweep.run_call(number, device="cpu", report=device_report("cpu"), data=tmp_path / data,
+                          out=tmp_path / out, env=env, **options)
 
 
 def log_of(tmp_path):
@@ -211,11 +215,46 @@ def test_a_step_that_fails_or_runs_too_long_keeps_the_records_of_the_steps_befor
     assert broken["outcome"] == "failed" and "RuntimeError: a broken step" in broken["summary"]
     assert after["outcome"] == "ok" and first["code"] == sweep.code_version() and first["machine"]["cpu"]
     out = tmp_path / "out"
-    assert load_json(out / "reference" / f"{LABEL}.json") == saved
-    assert json.loads((out / "sweeps" / f"{LABEL}.json").read_text()) == log_of(tmp_path)
+    assert load_json(out / "records" / f"{LABEL}.json") == saved
+    assert json.loads((out / "log" / f"{LABEL}.json").read_text()) == log_of(tmp_path)
     assert "===== broken" in (out / "call-1.log").read_text()
     assert run(1, tmp_path, stubs) is False  # everything on file: nothing runs again
     assert len(log_of(tmp_path)) == 4
+
+
+def test_merging_two_calls_of_one_lease_keeps_both_calls_records_in_the_order_they_ran(stubs, tmp_path,
+                                                                                       monkeypatch, capsys):
+    """Each call starts from the committed tree: the second call's files lack the first's records, so
+    copying them over would lose those; merging the calls' own records in order keeps everything."""
+    monkeypatch.setattr(sweep, "CALLS", (
+        Call("one", (Step("a", 30, "ceilings", "sweep_stub:toy", {"value": 2.0}),
+                     Step("same, first", 30, "ceilings", "sweep_stub:same", {"value": 5.0}))),
+        Call("two", (Step("b", 30, "ceilings", "sweep_stub:toy", {"value": 3.0}),
+                     Step("same, again", 30, "ceilings", "sweep_stub:same", {"value": 7.0}))),
+    ))
+    here = tmp_path / "here"
+    committed = Record("toy", "plain", "speed", 1.0, "steps/s", {"value": 1.0}, None, LABEL)
+    save_reference([committed], device_report("cpu"), "an earlier run", directory=here / "reference")
+    (here / "sweeps").mkdir()
+    (here / "sweeps" / f"{LABEL}.json").write_text(json.dumps([{"step": "an earlier step"}]))
+    assert run(1, tmp_path, stubs, data="device-1", out="out-1") is True
+    assert run(2, tmp_path, stubs, data="device-2", out="out-2") is True  # a fresh copy of the tree
+    assert load_json(tmp_path / "out-2" / "records" / f"{LABEL}.json") == load_json(
+        tmp_path / "device-2" / "reference" / f"{LABEL}.json")  # the second call never saw the first's
+    folders = [str(tmp_path / "out-1"), str(tmp_path / "out-2")]
+    for _ in range(2):  # merging again changes nothing
+        assert sweep.main(["--merge", *folders, "--data", str(here)]) == 0
+        merged = load_json(here / "reference" / f"{LABEL}.json")
+        assert sorted((r.variant, r.value) for r in merged) == [
+            ("plain", 1.0), ("plain", 2.0), ("plain", 3.0), ("same figure", 7.0)]
+        log = json.loads((here / "sweeps" / f"{LABEL}.json").read_text())
+        assert [entry["step"] for entry in log[:1]] == ["an earlier step"]
+        assert [entry["name"] for entry in log[1:]] == ["a", "same, first", "b", "same, again"]
+    assert "2 records of" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        sweep.main(["--merge", str(here), "--data", str(here)])
+    assert exit_info.value.code == 2
+    assert f"--merge: {here}: not a call's --out folder (no log/ in it)" in capsys.readouterr().err
 
 
 def test_the_log_resumes_a_call_for_the_same_code_and_redo_or_new_code_runs_it_again(stubs, tmp_path, monkeypatch,

@@ -14,7 +14,8 @@ import pytest
 from test_measure import LABEL, REPORT, record
 
 from rlgpu_helpers.core.files import LockHeld, exclusive_lock
-from rlgpu_helpers.measure.records import FORMAT, load_json, load_reference, save_json, save_reference
+from rlgpu_helpers.measure.records import (FORMAT, load_json, load_reference, merge_reference, save_json,
+                                          save_reference)
 
 
 def write_entries(path, entries):
@@ -44,6 +45,19 @@ def test_a_second_copy_of_one_figure_is_refused(tmp_path, capsys):
         save_reference([record(n=1), record(n=1, value=2.0)], REPORT, "cmd", directory=tmp_path)
     with pytest.raises(ValueError, match="records 0 and 2 both measure"):
         save_json(tmp_path / "x.json", [record(n=1), record(n=2), record(n=1)], REPORT, "cmd")
+
+
+def test_merging_a_file_keeps_each_record_s_command_and_replaces_the_same_figures(tmp_path):
+    save_reference([record(n=1), record(n=2)], REPORT, "the first run", directory=tmp_path / "reference")
+    save_json(tmp_path / "call.json", [record(n=2, value=9.0), record(n=3)], REPORT, "a later run")
+    path = merge_reference(tmp_path / "call.json", tmp_path / "reference")
+    assert [(r.params["n"], r.value) for r in load_json(path)] == [(1, 1.5), (2, 9.0), (3, 1.5)]
+    assert [e["command"] for e in json.loads(path.read_text())["records"]] == ["the first run", "a later run",
+                                                                               "a later run"]
+    save_json(tmp_path / "foreign.json", [record(n=4, machine="gpu-other")], REPORT, "elsewhere")
+    with pytest.raises(ValueError, match="measured on 'gpu-other', which cannot go into the reference file of"):
+        merge_reference(tmp_path / "foreign.json", tmp_path / "reference")
+    assert len(load_json(path)) == 3
 
 
 def test_load_json_stays_strict(tmp_path):

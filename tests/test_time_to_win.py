@@ -152,6 +152,21 @@ def test_a_target_is_met_only_if_the_worst_seed_meets_it():
     assert target_lines([], "m") == ["m: no 'bench wins' runs of 1,800 s on file"]
 
 
+def test_a_gpu_s_three_minute_runs_are_judged_by_the_gpu_target():
+    def records(machine, budget_s, wins):
+        params = {"budget_s": budget_s, "seed": 0, "games": 1000}
+        return [Record(NAME, "v", "evaluation win rate (greedy)", wins, "%", params, None, machine),
+                Record(NAME, "v", "seconds to mean score 60", 80.0, "s", params, None, machine)]
+
+    h200, = target_lines(records("gpu-nvidia-h200", 180.0, 0.8), "gpu-nvidia-h200", budget_s=180.0)
+    assert h200.endswith("1 seed (0): 90% of the greedy games won within 3 minutes on every seed (the target "
+                         "names an H100): not met (worst seed: 0.800%)")
+    h100, = target_lines(records("gpu-nvidia-h100", 120.0, 95.0), "gpu-nvidia-h100", budget_s=120.0)
+    assert h100.endswith("within 3 minutes on every seed: met (worst seed: 95.0%)")
+    longer = target_lines(records("gpu-nvidia-h100", 600.0, 95.0), "gpu-nvidia-h100", budget_s=600.0)
+    assert "90%" not in " ".join(longer) and "on the training curve" in longer[0]
+
+
 def test_ten_minute_runs_are_also_judged_by_the_agents_greedy_mean():
     def records(seed, to_60, greedy_mean):
         params = {"budget_s": 600.0, "seed": seed}

@@ -21,8 +21,14 @@ On the GPU machine, one call per command of the device tool, carrying the folder
     python3 tools/gpu_sweep.py 1 --install-wheels .whl --out $OUT
 
 Each call's command starts from the tree as committed here: the files a call wrote on the machine
-are gone at the next call (the device tool sends the tree again), so put the files that came back
-into ``data/`` (``cp -r FILES/reference FILES/sweeps data/``) and commit them. A call skips the steps
+are gone at the next call (the device tool sends the tree again), and a second call of the same
+lease does not have the first call's records. So merge what each call brought back (its ``--out``
+folder: the records it made, its log entries) into ``data/``, in the order the calls ran, and
+commit them:
+
+    python tools/gpu_sweep.py --merge FOLDER_OF_CALL_1 FOLDER_OF_CALL_2
+
+A call skips the steps
 on file for this code, and a step that needs another's records (the ablation reads the capstone's
 choice) runs only once those are on file.
 
@@ -149,24 +155,25 @@ one line per test (what a step cut off had passed), and a module that cannot be 
 tooling missing) reported without stopping the others."""
 
 # The estimates: the first run's times on an H200 with 16 cores (2026-11-26) where there is one (the GPU
-# tests took 118 s with 8 failing early, the env steps/s 81 s, the precision table 45 s, the graphs of
-# an iteration 23 to 50 s and of the env step 23 s; the unit tests had done 80% in 257 s on 8 workers),
+# tests took 118 s with 8 failing early, then 185 s with 53 passing; the env steps/s 81 s, the precision
+# table 45 s, the graphs of an iteration 23 to 56 s and of the env step 23 to 54 s; the time to win 204 s;
+# ddp had not finished its CPU processes in 90 s; the unit tests had done 80% in 257 s on 8 workers),
 # guesses elsewhere: a timed point of a suite takes about 1.5 s, a torch.compile 10 to 40 s, a step's
 # process about 5 s to start. The first four calls bring every notebook its GPU rows.
 CALLS = (
     Call("the GPU tests; headline records: env steps/s by N, the precision and graph tables", (
-        Step("GPU tests", 150, tests="tests -m gpu"),  # 50 tests, 10 of them compile
+        Step("GPU tests", 185, tests="tests -m gpu"),  # 56 tests, 10 of them compile
         Step("env steps/s", 85, "envs", sizes={"gym_num_envs": (1, 4, 16)}),  # 33 points
         Step("precision", 50, "precision"),  # 32 points; PPO, 3 x 3 runs of 3 M steps
-        Step("graphs: a PPO iteration", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("iteration",)},
+        Step("graphs: a PPO iteration", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("iteration",)},
              {"num_envs": (65536,)}),  # 2 compiles of a whole iteration
-        Step("graphs: the env step", 30, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
-             {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
     )),
-    Call("the time to win: the 'win' preset trained for 3 minutes and judged over 1,000 games; ddp; batch size", (
+    Call("the time to win: the 'win' preset trained for 3 minutes and judged over 1,000 games; the env step's "
+         "graphs; batch size", (
         # 180 s of training, then 2 x 1,000 evaluation games of up to a few thousand steps each
-        Step("time to win", 240, "wins", sizes={"seeds": (0,), "budget_s": 180.0, "games": 1000}),
-        Step("ddp", 45, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
+        Step("time to win", 205, "wins", sizes={"seeds": (0,), "budget_s": 180.0, "games": 1000}),
+        Step("graphs: the env step", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
+             {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
         Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
     )),
     Call("headline records: the time to a score, with the settings chosen on the GPU for a run of 60 s", (
@@ -182,22 +189,23 @@ CALLS = (
         Step("launch", 30, "launch"),
         Step("accumulation", 40, "accumulation"),
     )),
-    Call("sync costs, transfers, replay buffers, one operator by size, graphs of acting and the update", (
+    Call("sync costs, transfers, replay buffers, one operator by size, ddp", (
         Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
         Step("transfers", 50, "transfers"),
         Step("replay", 80, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
         Step("graphs: one operator by size", 15, "graphs", f"{GRAPHS}:op_time_by_size"),
         Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
-        Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
-             {"num_envs": (65536,)}),  # 4 compiles
+        Step("ddp", 120, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
     )),
-    Call("more rows: notebook 11's ablation, the naive loop on the CPU", (
+    Call("more rows: notebook 11's ablation, the naive loop on the CPU, graphs of acting and the update", (
         Step("ablation: lessons 03 04 06", 140, "capstone",
              options={"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}, sizes={"budget_s": 30.0},
              needs=CHOICE),  # 4 runs of 30 s
         Step("ablation: lessons 08 09 11", 100, "capstone",
              options={"parts": ("ablation",), "arms": ("08", "09", "11")}, sizes={"budget_s": 30.0}, needs=CHOICE),
         Step("naive loop", 85, "loop"),  # the CPU's: notebook 02's 11 rows of about 7,000 steps
+        Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
+             {"num_envs": (65536,)}),  # 4 compiles
     )),
 )
 
@@ -323,6 +331,8 @@ def measure(spec: dict) -> None:
         mine = [record for record in records if record.machine == label]
         path = save_reference(mine, reports[label], spec["command"], directory=Path(spec["data"]) / "reference")
         files.append(str(path))
+        if spec.get("out") is not None:  # this call's records alone, for --merge
+            save_reference(mine, reports[label], spec["command"], directory=Path(spec["out"]) / "records")
     Path(spec["result"]).write_text(json.dumps({"records": len(records), "files": files}))
 
 
@@ -364,11 +374,12 @@ def stop(process: subprocess.Popen) -> None:
 
 
 def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, env: dict,
-             seconds: float) -> tuple[str, str, list[Path]]:
+             seconds: float, out: Path | None = None) -> tuple[str, str, list[Path]]:
     """Run ``step`` in a process of its own, killed with its children after ``seconds``.
 
     Returns how it ended ("ok", "failed", or "timed out" when killed), a one-line summary and the
-    files it wrote. Its output goes to ``log``. A dry run (``device`` "cpu") leaves the step's
+    files it wrote. Its output goes to ``log``; with ``out``, its records also go into
+    ``out/records/`` (see :func:`merge`). A dry run (``device`` "cpu") leaves the step's
     sizes to the suites' quick ones, and only collects the tests.
     """
     dry = device == "cpu"
@@ -383,7 +394,8 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
         else:
             options = {**step.options, **({} if dry else step.sizes)}
             spec = {"suite": step.suite, "part": step.part, "options": options, "device": device,
-                    "data": str(data), "command": command, "result": str(result)}
+                    "data": str(data), "command": command, "result": str(result),
+                    "out": None if out is None else str(out)}
             arguments = [str(Path(__file__).resolve()), "--measure", json.dumps(spec)]
             env = {**env, DATA_ENV_VAR: str(data)}  # load_reference() then reads this run's files (the choice)
         with log.open("a") as output:
@@ -435,8 +447,9 @@ def run_call(number: int, *, device: str, report: dict, data: Path, out: Path | 
     A step starts only if its estimate fits in what is left of the call's :data:`STEPS_S`, and is
     killed at its limit or at that deadline; without ``time_limits`` (a dry run: the limits are
     a GPU's) it is killed at :data:`DRY_RUN_LIMIT_S` alone. Returns whether every step of the call
-    is on file as "ok" afterwards. With ``out``, the files the steps wrote and their output are
-    copied there after each step.
+    is on file as "ok" afterwards. With ``out``, the records this call made go into
+    ``out/records/``, its log entries into ``out/log/`` and its steps' output into ``out/call-N.log``,
+    as each step ends: what :func:`merge` puts into ``data/``.
     """
     call = CALLS[number - 1]
     deadline = time.perf_counter() + (STEPS_S if time_limits else math.inf)
@@ -449,7 +462,7 @@ def run_call(number: int, *, device: str, report: dict, data: Path, out: Path | 
     machine = (f"{report['gpu']} (driver {report['driver']}, CUDA {report['cuda']}" if report["gpu"]
                else f"{report['cpu']} ({report['logical_cores']} cores") + f", torch {report['torch']})"
     print(f"Call {number}: {call.about}\n  on {machine}, code {code}; the steps' output goes to {log}", flush=True)
-    passed, written = True, set()
+    passed = True
     for step in call.steps:
         entries = read_log(sweep_log)
         done = on_file(entries, step, code)
@@ -471,25 +484,52 @@ def run_call(number: int, *, device: str, report: dict, data: Path, out: Path | 
             continue
         seconds = min(step.limit_s, left) if time_limits else DRY_RUN_LIMIT_S
         started = time.perf_counter()
-        outcome, summary, files = run_step(step, device=device, data=data, command=command, log=log, env=env,
-                                           seconds=seconds)
+        outcome, summary, _ = run_step(step, device=device, data=data, command=command, log=log, env=env,
+                                       seconds=seconds, out=out)
         if outcome == "timed out" and time_limits and seconds < step.limit_s:
             outcome = "cut off"  # by the call's deadline, not at its own limit: not on file, it runs again
         took = round(time.perf_counter() - started, 1)
-        append_log(sweep_log, {"call": number, "step": step.describe(), "name": step.name, "outcome": outcome,
+        entry = {"call": number, "step": step.describe(), "name": step.name, "outcome": outcome,
                                "summary": summary, "seconds": took, "estimate_s": step.estimate_s,
                                "limit_s": step.limit_s, "code": code, "commit": commit, "command": command,
-                               "machine": report, "date": datetime.date.today().isoformat()})
+                               "machine": report, "date": datetime.date.today().isoformat()}
+        append_log(sweep_log, entry)
+        if out is not None:
+            append_log(out / "log" / sweep_log.name, entry)
         print(f"  {step.name}: {outcome}, {summary} ({took} s, estimate {step.estimate_s})", flush=True)
         if outcome != "ok":
             passed = False
             print("    " + "\n    ".join(log.read_text(errors="replace").splitlines()[-25:]), flush=True)
-        written.update([*files, sweep_log])
-        if out is not None:
-            for path in written:
-                (out / path.parent.name).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, out / path.parent.name / path.name)
     return passed
+
+
+def merge(folders: list[Path], data: Path) -> list[str]:
+    """Put what calls brought back (their ``--out`` folders, in the order the calls ran) into ``data``.
+
+    Each call starts from the tree as committed, so the reference file it wrote lacks what an earlier
+    call of the same lease measured: copying the files over would lose those records. A call's
+    ``records/`` hold only what it measured; they are merged record by record (a later call's
+    replaces the same figure), and its ``log/`` entries are appended to the sweep log, each once.
+    Returns one line per file merged.
+    """
+    from rlgpu_helpers.measure.records import load_json, merge_reference
+
+    missing = [str(folder) for folder in folders if not (folder / "log").is_dir()]
+    if missing:
+        raise ValueError(f"{', '.join(missing)}: not a call's --out folder (no log/ in it)")
+    lines = []
+    for folder in folders:
+        for source in sorted((folder / "records").glob("*.json")):
+            path = merge_reference(source, data / "reference")
+            lines.append(f"{len(load_json(source))} records of {folder} into {path}")
+        for source in sorted((folder / "log").glob("*.json")):
+            path = data / "sweeps" / source.name
+            entries = read_log(path)
+            new = [entry for entry in read_log(source) if entry not in entries]
+            text = json.dumps(entries + new, indent=1) + "\n"
+            atomic_write(path, lambda f: f.write(text.encode()))
+            lines.append(f"{len(new)} log entries of {folder} into {path}")
+    return lines
 
 
 # ---------------------------------------------------------------------------- wheels for the GPU image
@@ -588,6 +628,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--download-wheels", type=Path, metavar="DIR",
                         help="download the wheels the GPU image lacks into DIR, and exit")
     parser.add_argument("--redo", action="store_true", help="run steps already on file for this GPU and code")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="DIR",
+                        help="here, after the calls: put what they brought back (their --out folders, in the order "
+                             "they ran) into data/ (or --data), and exit")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # inside a step's own process
     args = parser.parse_args(argv)
     if args.measure is not None:
@@ -595,6 +638,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.budget is not None and not (args.budget > 0 and args.plan):
         parser.error(f"--budget={args.budget:g}: give a number of seconds above 0, with --plan")
+    if args.merge is not None:
+        if args.call is not None:
+            parser.error(f"call={args.call!r}: --merge runs no call")
+        try:
+            print("\n".join(merge(args.merge, args.data if args.data is not None else ROOT / "data")))
+        except ValueError as error:
+            parser.error(f"--merge: {error}")
+        return 0
     if args.plan or args.download_wheels is not None:
         if args.call is not None:
             parser.error(f"call={args.call!r}: --plan and --download-wheels run no call")

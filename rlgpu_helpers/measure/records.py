@@ -176,19 +176,41 @@ def save_reference(records: Sequence[Record], report: dict, command: str,
     records = check_records(records)
     _check_unique(records)
     _check_command(command)
+    return _merge(report, [_entry(record, command) for record in records], directory)
+
+
+def merge_reference(source: str | Path, directory: str | Path | None = None) -> Path:
+    """Merge the records of the benchmark file ``source``, each with its own command, into the
+    reference file of its machine in ``directory`` (default ``data/reference``), as
+    :func:`save_reference` would have saved them there. Returns the reference file's path.
+
+    What a GPU sweep's call brings back from the device is merged this way, call by call in the
+    order they ran, so that no call's records are lost to a later call that started without them.
+    """
+    source = Path(source)
+    report, entries = _read(source)
+    records = [_record(source, index, entry) for index, entry in enumerate(entries)]
+    _check_unique(records)
+    for entry in entries:
+        _check_command(entry["command"])
+    return _merge(report, entries, directory)
+
+
+def _merge(report: dict, entries: list[dict], directory: str | Path | None) -> Path:
+    """Write ``entries`` into the reference file of ``report``'s machine, replacing those with their keys."""
     label = machine_label(report)
-    foreign = [record for record in records if record.machine != label]
+    foreign = [entry for entry in entries if entry["machine"] != label]
     if foreign:
-        raise ValueError(f"records include one measured on {foreign[0].machine!r}, "
+        raise ValueError(f"records include one measured on {foreign[0]['machine']!r}, "
                          f"which cannot go into the reference file of {label!r}")
     path = Path(directory if directory is not None else data_dir() / "reference") / f"{label}.json"
+    replaced = {_record_key(_record(path, index, entry)) for index, entry in enumerate(entries)}
     with exclusive_lock(path.with_name(f".{path.name}.lock")):
         kept = []
         if path.exists():
-            replaced = {_record_key(record) for record in records}
             kept = [entry for index, entry in enumerate(_read(path)[1])
                     if _record_key(_record(path, index, entry)) not in replaced]
-        _write(path, report, kept + [_entry(record, command) for record in records])
+        _write(path, report, kept + entries)
     return path
 
 
