@@ -14,6 +14,7 @@ from rlgpu_helpers.bench.precision import (
     memory_table,
     plot_learning,
     ppo_batches,
+    ppo_config,
     ppo_records,
     ppo_runs,
     ppo_table,
@@ -105,6 +106,21 @@ def test_ppo_in_each_variant_same_budget_and_seeds():
     assert len(learning_verdicts(records)) == 2
     legend = [t.get_text() for t in plot_learning(results).axes[0].get_legend().get_texts()]
     assert len(legend) == 3 and legend[2].endswith("(the mistake)")
+
+
+def test_the_whole_run_mistake_is_stale_weights_not_lost_gradients_on_every_torch():
+    """Before torch 2.11 a cast cached in inference mode had no autograd link (PyTorch issue 158232):
+    a layer the learner first ran while acting, inside the region, never learned. ``ppo_runs``
+    builds the learner outside the region, so every weight takes its optimizer steps."""
+    import torch
+
+    from rlgpu_helpers.learn.ppo import PPO
+
+    initial = {name: value.clone() for name, value in PPO(ppo_config("cpu", 0)).model.state_dict().items()}
+    run, = ppo_runs("cpu", variants=("bf16 whole run",), steps=8192, seeds=(0,), progress=False)["bf16 whole run"]
+    trained = run.learner.model.state_dict()
+    assert initial.keys() == trained.keys()
+    assert [name for name in initial if torch.equal(initial[name], trained[name])] == []
 
 
 def _score(variant, value, spread, seeds=3, machine="m"):

@@ -28,6 +28,7 @@ sys.modules["gpu_sweep"] = sweep  # dataclasses look their module up there
 spec.loader.exec_module(sweep)
 Step, Call = sweep.Step, sweep.Call
 STEPS = [step for call in sweep.CALLS for step in call.steps]
+find_step = sweep.find_step
 LABEL = machine_label(device_report("cpu"))
 
 
@@ -299,6 +300,17 @@ def test_a_dry_run_of_real_steps_uses_quick_sizes_and_only_collects_the_tests(tm
     assert collect["outcome"] == "ok" and re.fullmatch(r"\d+ tests collected in [\d.]+s", collect["summary"])
     records = load_json(data / "reference" / f"{LABEL}.json")
     assert {r.params["elements"] for r in records} == {1, 2**10, 2**16}  # graphs' quick sizes
+
+
+def test_the_time_to_win_brings_back_its_agent_with_the_curve(tmp_path, monkeypatch):
+    from rlgpu_helpers.learn.checkpoint import load_checkpoint
+
+    monkeypatch.setattr(sweep, "CALLS", (Call("win", (find_step("time to win"),)),))
+    out = tmp_path / "out"
+    assert sweep.main(["1", "--device", "cpu", "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
+    agent = load_checkpoint(out / "agents" / "win-6x6-seed0.pt")  # quick mode: one seed on a 6 x 6 board
+    assert agent["extra"]["curve"] and agent["extra"]["curve"][-1]["seconds"] > 0
+    assert {r.name for r in load_json(out / "records" / f"{LABEL}.json")} == {"time to win"}
 
 
 def test_the_code_version_follows_the_sources_only(tmp_path):

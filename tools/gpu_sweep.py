@@ -379,7 +379,8 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
 
     Returns how it ended ("ok", "failed", or "timed out" when killed), a one-line summary and the
     files it wrote. Its output goes to ``log``; with ``out``, its records also go into
-    ``out/records/`` (see :func:`merge`). A dry run (``device`` "cpu") leaves the step's
+    ``out/records/`` (see :func:`merge`), and the time to win's trained agents (each with its
+    curve) into ``out/agents/``. A dry run (``device`` "cpu") leaves the step's
     sizes to the suites' quick ones, and only collects the tests.
     """
     dry = device == "cpu"
@@ -393,6 +394,8 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
                 arguments += ["-n", str(step.workers)]
         else:
             options = {**step.options, **({} if dry else step.sizes)}
+            if step.suite == "wins" and out is not None:  # each seed's agent, its curve inside, comes back too
+                options["agents"] = str(out / "agents")
             spec = {"suite": step.suite, "part": step.part, "options": options, "device": device,
                     "data": str(data), "command": command, "result": str(result),
                     "out": None if out is None else str(out)}

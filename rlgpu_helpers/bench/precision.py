@@ -252,10 +252,11 @@ def ppo_runs(device: str | torch.device | None = None, *, variants=None, steps: 
             check_seed("seeds", seed)
             if variant == "bf16 whole run":
                 policy = PrecisionPolicy(device.type, "bf16", False, False, ("one autocast region around the run",))
+                learner = PPO(ppo_config(device, seed))  # outside: its first rating is in inference mode
                 with autocast(policy, device):
-                    learner = PPO(ppo_config(device, seed))
-                    # Before torch 2.11 the region cached the casts made while acting (inference mode,
-                    # no gradients) and the first backward failed. A forward pass with gradients first
+                    # Before torch 2.11 the region cached the casts made in inference mode (acting)
+                    # without their autograd link, and a layer first run there got no gradient, or
+                    # backward failed (PyTorch issue 158232). A forward pass with gradients first
                     # caches the weights as 2.11 and later do at the first update (there it changes
                     # nothing); the weights the run learns with stay stale on every version.
                     learner.model(learner.next_obs)
