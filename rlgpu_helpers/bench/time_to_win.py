@@ -236,34 +236,34 @@ def target_lines(records, machine: str, budget_s: float = 1800.0) -> list[str]:
         values = [_run_value(runs, (machine, setup, seed, budget_s), metric) for seed in seeds]
         return _over_seeds(values, metric, "worst")
 
+    def judged(target, worst_value, met, missing, unit=""):
+        """``target``: met or not by the worst seed's value, shown with ``unit`` (``missing`` if it has none)."""
+        shown = missing if worst_value is None else format_number(worst_value) + unit
+        verdict = "met" if worst_value is not None and met(worst_value) else "not met"
+        return f"{target}: {verdict} (worst seed: {shown})"
+
     minutes = f"{budget_s / 60:g}"
     lines = []
     for setup in sorted({setup_of(r.params) for r in runs}):
         seeds = sorted({r.params["seed"] for r in runs if setup_of(r.params) == setup})
-        to_60 = worst(setup, seeds, "seconds to mean score 60")
         head = f"{machine} ({setup}), {len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))}):"
+        wins = worst(setup, seeds, "evaluation win rate (greedy)")
         if machine.startswith("gpu-") and budget_s <= 180:
-            wins = worst(setup, seeds, "evaluation win rate (greedy)")
-            lines.append(f"{head} 90% of the greedy games won within 3 minutes on every seed"
-                         + ("" if "h100" in machine else " (the target names an H100)") + ": "
-                         + ("met" if wins is not None and wins >= 90 else "not met")
-                         + f" (worst seed: {'no evaluation' if wins is None else format_number(wins) + '%'})")
+            lines.append(judged(f"{head} 90% of the greedy games won within 3 minutes on every seed"
+                                + ("" if "h100" in machine else " (the target names an H100)"),
+                                wins, lambda v: v >= 90, "no evaluation", "%"))
             continue
-        lines.append(f"{head} mean score 60 within 10 minutes on every seed, on the training curve: "
-                     + ("met" if to_60 is not None and to_60 <= 600 else "not met")
-                     + f" (worst seed: {'never' if to_60 is None else format_number(to_60) + ' s'})")
+        lines.append(judged(f"{head} mean score 60 within 10 minutes on every seed, on the training curve",
+                            worst(setup, seeds, "seconds to mean score 60"), lambda v: v <= 600, "never", " s"))
         if budget_s <= 600:
-            mean = worst(setup, seeds, "evaluation mean score (greedy)")
             games = sorted({r.params["games"] for r in runs if setup_of(r.params) == setup and "games" in r.params})
-            lines.append(f"{head} the agent after {minutes} minutes scores a mean of 60 in its greedy games"
-                         + (f" ({' or '.join(map(str, games))} per seed)" if games else "") + " on every seed: "
-                         + ("met" if mean is not None and mean >= 60 else "not met")
-                         + f" (worst seed: {'no evaluation' if mean is None else format_number(mean)})")
+            lines.append(judged(f"{head} the agent after {minutes} minutes scores a mean of 60 in its greedy games"
+                                + (f" ({' or '.join(map(str, games))} per seed)" if games else "") + " on every seed",
+                                worst(setup, seeds, "evaluation mean score (greedy)"), lambda v: v >= 60,
+                                "no evaluation"))
         else:
-            wins = worst(setup, seeds, "evaluation win rate (greedy)")
-            lines.append(f"{head} half of the greedy games won after {minutes} minutes on every seed: "
-                         + ("met" if wins is not None and wins >= 50 else "not met")
-                         + f" (worst seed: {'no evaluation' if wins is None else format_number(wins) + '%'})")
+            lines.append(judged(f"{head} half of the greedy games won after {minutes} minutes on every seed",
+                                wins, lambda v: v >= 50, "no evaluation", "%"))
     return lines
 
 
