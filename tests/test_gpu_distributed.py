@@ -149,6 +149,37 @@ def test_check_global_mean_std_runs_your_function_on_two_real_ranks(tmp_path):
         check_global_mean_std(tmp_path / "naive.py", world_size=1)
 
 
+
+def test_check_global_mean_std_starts_a_group_that_failed_to_form_again_and_keeps_the_ranks_quiet(
+        tmp_path, monkeypatch, capfd):
+    """A group that never forms (gloo told to use a network interface that does not exist) is named as
+    such, after every attempt; one that fails once and then forms gives the verdict on your function; the
+    ranks' own messages (gloo's error, torch's 'terminating process') reach neither stdout nor stderr."""
+    from rlgpu_helpers.gpu import distributed
+
+    (tmp_path / "naive.py").write_text(NAIVE)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "nosuchif")
+    never = check_global_mean_std(tmp_path / "naive.py", "advantage_stats", timeout_s=60)
+    assert never.startswith("not checked: the ranks' process group failed to form (") and "nosuchif" in never
+    assert never.endswith(f", {distributed.CHECK_ATTEMPTS} times"), never
+
+    starts = []
+    one_ranks_start = distributed._check_on_ranks
+
+    def fails_once(*args):
+        starts.append(os.environ.get("GLOO_SOCKET_IFNAME"))
+        got = one_ranks_start(*args)
+        monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)  # the next start forms its group
+        return got
+
+    monkeypatch.setattr(distributed, "_check_on_ranks", fails_once)
+    verdict = check_global_mean_std(tmp_path / "naive.py", "advantage_stats", timeout_s=60)
+    assert starts == ["nosuchif", None]
+    assert verdict.startswith("not yet: rank 0 got mean") and "rank 1 got" in verdict
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", ""), err[-2000:]
+
+
 # ---------------------------------------------------------------------------- failing clearly, never hanging
 
 def test_a_missing_rank_fails_after_the_timeout_instead_of_hanging():

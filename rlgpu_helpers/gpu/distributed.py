@@ -29,6 +29,7 @@ import datetime
 import gc
 import importlib.util
 import json
+import logging
 import os
 import shlex
 import signal
@@ -295,10 +296,19 @@ def _check_data(rank: int, dtype=torch.float64) -> torch.Tensor:
 
 
 def _check_rank(rank: int, world_size: int, folder: str, path: str, name: str, timeout_s: float) -> None:
-    """One spawned rank of :func:`check_global_mean_std`: join, run ``name`` from ``path``, write what it returned."""
+    """One spawned rank of :func:`check_global_mean_std`: join, run ``name`` from ``path``, write what it returned.
+
+    The rank's own output (gloo's and torch's messages) goes to ``rank<r>.log`` in ``folder``, not to the
+    notebook; ``rank<r>.joined`` marks that the group formed, so a failure before it is told apart from yours.
+    """
+    log = os.open(Path(folder, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
+    Path(folder, f"rank{rank}.joined").touch()
     try:
         spec = importlib.util.spec_from_file_location("yours", path)
         module = importlib.util.module_from_spec(spec)
@@ -307,6 +317,12 @@ def _check_rank(rank: int, world_size: int, folder: str, path: str, name: str, t
         Path(folder, f"rank{rank}.json").write_text(json.dumps([float(mean), float(std)]))
     finally:
         dist.destroy_process_group()
+
+
+CHECK_ATTEMPTS = 3
+"""How many times :func:`check_global_mean_std` starts its ranks when their process group fails to form."""
+
+_NO_GROUP = "not checked: the ranks' process group failed to form"
 
 
 def check_global_mean_std(path, name: str = "global_mean_std", *, world_size: int = 2,
@@ -318,6 +334,10 @@ def check_global_mean_std(path, name: str = "global_mean_std", *, world_size: in
     return the mean and unbiased std of all ranks' ``x`` together, as one process computes them
     on the concatenation. Returns the verdict as a sentence: a wrong answer, an error or a rank
     left waiting (after ``timeout_s``) is reported, not raised, so a notebook runs on.
+
+    The ranks' own messages go to a log, not to the screen. A group that fails to form before your
+    function is called (on a loaded machine gloo can drop a connection while the ranks meet) is
+    started again, up to :data:`CHECK_ATTEMPTS` times in all.
     """
     world_size = check_int("world_size", world_size, 2)
     timeout_s = check_number("timeout_s", timeout_s, above=0)
@@ -326,8 +346,25 @@ def check_global_mean_std(path, name: str = "global_mean_std", *, world_size: in
         raise FileNotFoundError(f"path={str(path)!r} is not a file: write your function there first")
     everything = torch.cat([_check_data(rank) for rank in range(world_size)])
     expected = (float(everything.mean()), float(everything.std()))
-    with tempfile.TemporaryDirectory() as folder:
-        ranks = mp.spawn(_check_rank, args=(world_size, folder, str(path.resolve()), name, timeout_s),
+    for _ in range(CHECK_ATTEMPTS):
+        got = _check_on_ranks(str(path.resolve()), name, world_size, timeout_s)
+        if not (isinstance(got, str) and got.startswith(_NO_GROUP)):
+            break
+    if isinstance(got, str):
+        return got if not got.startswith(_NO_GROUP) else f"{got}, {CHECK_ATTEMPTS} times"
+    wrong = [f"rank {rank} got mean {mean:.4f}, std {std:.4f}" for rank, (mean, std) in enumerate(got)
+             if not all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip((mean, std), expected))]
+    if wrong:
+        return (f"not yet: {'; '.join(wrong)}; all {everything.numel()} values together have mean "
+                f"{expected[0]:.4f}, std {expected[1]:.4f}")
+    return (f"right: all {world_size} ranks got the mean ({expected[0]:.4f}) and std ({expected[1]:.4f}) "
+            f"of the {everything.numel()} values of every rank together")
+
+
+def _check_on_ranks(path: str, name: str, world_size: int, timeout_s: float):
+    """One start of :func:`check_global_mean_std`'s ranks: each rank's (mean, std), or a verdict as a sentence."""
+    with tempfile.TemporaryDirectory() as folder, _spawn_logs_only_errors():
+        ranks = mp.spawn(_check_rank, args=(world_size, folder, path, name, timeout_s),
                          nprocs=world_size, join=False)
         deadline = time.monotonic() + 4 * timeout_s  # the collectives' own timeout, then some: never hang
         try:
@@ -339,13 +376,20 @@ def check_global_mean_std(path, name: str = "global_mean_std", *, world_size: in
                             "collective another rank never called")
         except ProcessException as error:  # a rank's exception, as text: a wrong answer is no crash here
             last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            if not all(Path(folder, f"rank{rank}.joined").exists() for rank in range(world_size)):
+                return f"{_NO_GROUP} ({last[:160]})"
             return (f"not yet: a rank raised, or waited for a collective another rank never called "
                     f"({last[:160]})")
-        got = [tuple(json.loads(Path(folder, f"rank{rank}.json").read_text())) for rank in range(world_size)]
-    wrong = [f"rank {rank} got mean {mean:.4f}, std {std:.4f}" for rank, (mean, std) in enumerate(got)
-             if not all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip((mean, std), expected))]
-    if wrong:
-        return (f"not yet: {'; '.join(wrong)}; all {everything.numel()} values together have mean "
-                f"{expected[0]:.4f}, std {expected[1]:.4f}")
-    return (f"right: all {world_size} ranks got the mean ({expected[0]:.4f}) and std ({expected[1]:.4f}) "
-            f"of the {everything.numel()} values of every rank together")
+        return [tuple(json.loads(Path(folder, f"rank{rank}.json").read_text())) for rank in range(world_size)]
+
+
+@contextlib.contextmanager
+def _spawn_logs_only_errors():
+    """Keep torch's spawn from warning that it stops the other ranks once one failed: the verdict says so."""
+    logger = logging.getLogger("torch.multiprocessing.spawn")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
