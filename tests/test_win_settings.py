@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from rlgpu_helpers.cli import main
+from rlgpu_helpers.core.files import data_dir
 from rlgpu_helpers.learn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.learn.agents import load_agent
@@ -233,6 +234,17 @@ def test_the_win_preset_is_valid_on_each_device_and_plays_the_board_from_the_hea
         assert settings["obs_type"] == "ego_grid" and settings["mirror"] and not settings["bootstrap_truncated"]
         PPOConfig(**settings)  # a valid config (on a CPU machine the device stays the default cpu)
     assert win_settings("cuda")["net"] == "ego_cnn" and win_settings("cpu")["net"] == "mlp"
+
+
+
+@pytest.mark.parametrize(("name", "device"), [("ppo-ego_grid-win-10x10-cpu", "cpu"), ("ppo-ego_grid-win-10x10", "cuda")])
+def test_the_agents_on_file_were_trained_by_the_preset_as_it_is_now(name, device):
+    """The records' ``changes`` are relative to the preset, so the preset may only change with the records
+    and agents on file: each stored agent's settings are its device's preset (precision aside, which
+    follows the machine's bf16 instructions)."""
+    config = load_agent(data_dir() / "agents" / f"{name}.pt").config
+    differ = {k: (config[k], v) for k, v in win_settings(device).items() if k != "precision" and config[k] != v}
+    assert not differ, differ
 
 
 @pytest.mark.parametrize("bf16_native", [True, False])

@@ -89,7 +89,9 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
     }
     if agent is not None:
         save_agent(agent, learner, extra={
-            "command": f"rlgpu_helpers.bench.time_to_win.run_win(budget_s={budget_s}, seed={seed}, size={size})",
+            "command": "rlgpu_helpers.bench.time_to_win.run_win(" + ", ".join(
+                f"{name}={value!r}" for name, value in {"budget_s": budget_s, "seed": seed, "size": size,
+                                                         **overrides}.items()) + ")",
             "seconds": result.seconds, "env_steps": result.env_steps, "mean_score": result.mean_score,
             **{f"{play} win rate": e.win_rate for play, e in evaluations.items()},
             "curve": result.curve,  # the time-to-win curve, for plotting it again
