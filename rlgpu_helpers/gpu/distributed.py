@@ -159,6 +159,9 @@ def check_same_settings(settings: dict) -> None:
             mine, other = json.loads(everyone[0]), json.loads(theirs)
             diff = {key: (mine.get(key), other.get(key)) for key in sorted(set(mine) | set(other))
                     if mine.get(key) != other.get(key)}
+            # Every rank sees the same difference and leaves; none may leave before all have their copy
+            # (rank 0 hosts the group's store; on torch 2.6 a rank left behind hung, 1 run in about 100).
+            dist.barrier()
             raise ValueError(f"rank {rank} was started with other settings than rank 0 (rank 0's, rank {rank}'s): "
                              f"{diff}; every rank needs the same ones")
 
