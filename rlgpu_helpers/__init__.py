@@ -29,7 +29,7 @@ Where each lesson's helpers live:
 05    transfers_and_replay        gpu.transfer, bench.transfers, replay (the registry),
                                   replay.base, replay.naive, replay.tensor, replay.pinned,
                                   replay.memmap, replay.prioritized, bench.replay,
-                                  learn.dqn
+                                  learn.dqn, core.logs
 06    batch_size_and_memory       gpu.memory, gpu.monitor, learn.profile, bench.batch_size
 07    gradient_accumulation       gpu.accumulate, learn.ppo (accumulation), bench.accumulation
 08    mixed_precision             gpu.precision, learn.train_step, learn.tune (precision),

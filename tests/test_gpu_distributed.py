@@ -149,7 +149,6 @@ def test_check_global_mean_std_runs_your_function_on_two_real_ranks(tmp_path):
         check_global_mean_std(tmp_path / "naive.py", world_size=1)
 
 
-
 def test_check_global_mean_std_starts_a_group_that_failed_to_form_again_and_keeps_the_ranks_quiet(
         tmp_path, monkeypatch, capfd):
     """A group that never forms (gloo told to use a network interface that does not exist) is named as

@@ -236,7 +236,6 @@ def test_the_win_preset_is_valid_on_each_device_and_plays_the_board_from_the_hea
     assert win_settings("cuda")["net"] == "ego_cnn" and win_settings("cpu")["net"] == "mlp"
 
 
-
 @pytest.mark.parametrize(("name", "device"), [("ppo-ego_grid-win-10x10-cpu", "cpu"), ("ppo-ego_grid-win-10x10", "cuda")])
 def test_the_agents_on_file_were_trained_by_the_preset_as_it_is_now(name, device):
     """The records' ``changes`` are relative to the preset, so the preset may only change with the records

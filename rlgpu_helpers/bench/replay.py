@@ -24,7 +24,6 @@ record, from this run or from ``data/reference/``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import tempfile
 import time
@@ -36,6 +35,7 @@ from tqdm.auto import tqdm
 from ..core.checks import check_choices, check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of, synchronize
+from ..core.logs import only_logs_from
 from ..gpu.sync import audit_syncs
 from ..learn.dqn import DQN, DQNConfig
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
@@ -147,18 +147,6 @@ def _torchrl(kind: str, capacity: int, obs_shape, device: torch.device, scratch:
     return buffer, lambda batch_size: buffer.sample(batch_size).to(device)
 
 
-@contextlib.contextmanager
-def _quiet_torchrl():
-    """TorchRL logs every storage it initializes (INFO, on stdout): keep only its warnings."""
-    logger = logging.getLogger("torchrl")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def _rate(sample, batch_size: int, device: torch.device) -> tuple[float, float]:
     """Samples/s of ``sample(batch_size)`` and its spread (IQR), runs of about 0.2 s each."""
     return rate(lambda: sample(batch_size), batch_size, pick(full=0.2, quick=0.01), probes=3,
@@ -186,7 +174,8 @@ def sampling_throughput(device: str | torch.device | None = None, *, kinds=None,
     if torchrl and torchrl_available():
         jobs += [(TORCHRL[kind], kind, _torchrl) for kind in kinds if kind in TORCHRL]
     records = []
-    with tempfile.TemporaryDirectory(prefix="rlgpu-torchrl-") as scratch, _quiet_torchrl():
+    # TorchRL logs every storage it initializes (INFO, on stdout): keep only its warnings
+    with tempfile.TemporaryDirectory(prefix="rlgpu-torchrl-") as scratch, only_logs_from("torchrl", logging.WARNING):
         for variant, kind, build in tqdm(jobs, desc="replay buffers", disable=not progress):
             if build is _torchrl:
                 try:

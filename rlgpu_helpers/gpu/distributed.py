@@ -48,6 +48,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..core.checks import check_choice, check_int, check_number
 from ..core.device import get_device
+from ..core.logs import only_logs_from
 
 COMMAND = ("-m", "rlgpu_helpers", "rank")
 """What torchrun starts on each rank, before the subcommand: the ``rank`` subcommand of the one command line."""
@@ -366,7 +367,8 @@ def check_global_mean_std(path, name: str = "global_mean_std", *, world_size: in
 
 def _check_on_ranks(path: str, name: str, world_size: int, timeout_s: float):
     """One start of :func:`check_global_mean_std`'s ranks: each rank's (mean, std), or a verdict as a sentence."""
-    with tempfile.TemporaryDirectory() as folder, _spawn_logs_only_errors():
+    # torch's spawn warns that it stops the other ranks once one failed: the verdict says so
+    with tempfile.TemporaryDirectory() as folder, only_logs_from("torch.multiprocessing.spawn", logging.ERROR):
         ranks = mp.spawn(_check_rank, args=(world_size, folder, path, name, timeout_s),
                          nprocs=world_size, join=False)
         deadline = time.monotonic() + 4 * timeout_s  # the collectives' own timeout, then some: never hang
@@ -385,14 +387,3 @@ def _check_on_ranks(path: str, name: str, world_size: int, timeout_s: float):
                     f"({last[:160]})")
         return [tuple(json.loads(Path(folder, f"rank{rank}.json").read_text())) for rank in range(world_size)]
 
-
-@contextlib.contextmanager
-def _spawn_logs_only_errors():
-    """Keep torch's spawn from warning that it stops the other ranks once one failed: the verdict says so."""
-    logger = logging.getLogger("torch.multiprocessing.spawn")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
