@@ -19,6 +19,7 @@ from rlgpu_helpers.gpu.graphs import (
     load_optimizer_state,
     set_learning_rate,
     static_copy,
+    with_launch_settings,
 )
 from rlgpu_helpers.gpu.sync import DeferredCheck, audit_syncs
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
@@ -490,3 +491,21 @@ def test_ppo_compiled_and_captured_trains_on_cuda_in_each_precision(precision):
     assert learner._rollout_fn.graph is not None and learner._gae_fn.graph is not None
     assert learner._update_fn.graph is not None
     assert any(not torch.equal(a, b) for a, b in zip(first, learner.model.parameters()))
+
+
+def test_a_compiled_step_compiles_again_for_each_value_of_a_float_it_branches_on_past_torchs_eight():
+    """Every float a compiled step reads is a constant of its graph, and a step keeps more versions than torch's
+    default of 8, so that every learner of a process gets its own (a full-graph compile past the limit raises)."""
+    class Settings:
+        def __init__(self, scale):
+            self.scale = scale
+
+    def step(x, settings):
+        if settings.scale != 1.0:
+            return x * settings.scale
+        return x
+
+    compiled = with_launch_settings(step, "cpu", compile=True, cuda_graphs=False)
+    x = torch.ones(3)
+    for k in range(12):
+        torch.testing.assert_close(compiled(x, Settings(1.0 + k / 10)), x * (1.0 + k / 10))

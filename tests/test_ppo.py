@@ -218,3 +218,17 @@ def test_ppo_learns_to_beat_a_random_policy_on_a_small_grid():
     result = train(learner, steps=400_000, progress=False)
     assert result.mean_score is not None
     assert result.mean_score > random_score + 2.0, (result.mean_score, random_score)
+
+
+def test_compiled_learners_in_one_process_each_use_their_own_settings():
+    """The compiled rollout and GAE of a second learner with another reward scale and gamma compile again with
+    its values, not the first learner's (on torch 2.6, a symbolic float made them fail to trace)."""
+    small = dict(num_envs=8, num_steps=8, hidden=8, height=6, width=6, seed=0, compile=True, bootstrap_truncated=False)
+    plain = PPO(PPOConfig(**small))
+    plain.collect()  # the same seed, then the same draws: the same games, one scaled
+    scaled = PPO(PPOConfig(**small, reward_scale=0.1, gamma=0.9))
+    scaled.collect()
+    assert plain.rewards.abs().sum() > 0  # some food eaten or some game lost: the scale has something to show
+    torch.testing.assert_close(scaled.rewards, 0.1 * plain.rewards)
+    want = compute_gae(scaled.rewards, scaled.values, scaled.dones, scaled.next_value, 0.9, scaled.config.gae_lambda)
+    torch.testing.assert_close(scaled.advantages, want[0])

@@ -234,6 +234,7 @@ def test_the_win_preset_is_valid_on_each_device_and_plays_the_board_from_the_hea
         assert settings["obs_type"] == "ego_grid" and settings["mirror"] and not settings["bootstrap_truncated"]
         PPOConfig(**settings)  # a valid config (on a CPU machine the device stays the default cpu)
     assert win_settings("cuda")["net"] == "ego_cnn" and win_settings("cpu")["net"] == "mlp"
+    assert win_settings("cpu")["compile"] and not win_settings("cuda")["compile"]  # a GPU has not measured it yet
 
 
 @pytest.mark.parametrize(("name", "device"), [("ppo-ego_grid-win-10x10-cpu", "cpu"), ("ppo-ego_grid-win-10x10", "cuda")])

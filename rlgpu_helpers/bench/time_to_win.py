@@ -344,13 +344,14 @@ def lesson_switches(device) -> dict[str, dict]:
     """The preset on ``device`` and, per GPU lesson, its settings with that lesson's choice switched.
 
     Notebook 08: the other precision (fp32 where the preset takes bf16, else bf16). Notebook 09:
-    compiled, and on a GPU captured in a CUDA graph too (the preset runs eager on a CPU, compiled
-    nowhere yet). Notebook 06: half and twice the preset's games.
+    eager where the preset compiles (on a CPU), else compiled, and on a GPU captured in a CUDA
+    graph too. Notebook 06: half and twice the preset's games.
     """
     device = get_device(device, param="device")
     preset = win_settings(device)
     other = "fp32" if preset["precision"] != "fp32" else "bf16"
-    switches = {"the preset": {}, f"08: precision {other}": {"precision": other}, "09: compiled": {"compile": True}}
+    switches = {"the preset": {}, f"08: precision {other}": {"precision": other}}
+    switches.update({"09: eager": {"compile": False}} if preset["compile"] else {"09: compiled": {"compile": True}})
     if device.type == "cuda":
         switches["09: compiled + CUDA graphs"] = {"compile": True, "cuda_graphs": True}
     games = preset["num_envs"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -278,12 +279,34 @@ class CapturedStep:
         return self._outputs
 
 
+COMPILED_VERSIONS = 64
+"""How many compiled versions of one learner step a process keeps (one per learner's shapes and settings)."""
+_RECOMPILE_LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+# newer torch names cache_size_limit recompile_limit
+
+
 def with_launch_settings(fn: Callable, device: str | torch.device, *, compile: bool, cuda_graphs: bool,
                          fullgraph: bool = True) -> Callable:
     """``fn`` as a learner's ``compile`` and ``cuda_graphs`` settings ask: compiled (``fullgraph`` or not),
-    captured in a CUDA graph (:class:`CapturedStep`), both (the compiled function is captured), or as it is."""
+    captured in a CUDA graph (:class:`CapturedStep`), both (the compiled function is captured), or as it is.
+
+    Compiled, every float the function reads (a learner's gamma, its reward scale) is a constant of
+    its graph (``specialize_float``), and a learner with other values compiles again. Left to
+    itself, torch makes such a float symbolic once a second learner in the process brings another
+    value (notebook 12's preset after a default PPO), which torch 2.6 cannot trace in a branch
+    (``if reward_scale != 1.0``). So that the learners of one notebook or test run can each have
+    their own version, a step keeps up to :data:`COMPILED_VERSIONS` of them (torch's default, 8, is
+    reached within one notebook, and then a full-graph compile raises).
+    """
     if compile:
-        fn = torch.compile(fn, fullgraph=fullgraph)
+        compiled = torch.compile(fn, fullgraph=fullgraph)
+
+        @functools.wraps(fn)
+        def floats_specialized(*args, **kwargs):
+            with torch._dynamo.config.patch(specialize_float=True, **{_RECOMPILE_LIMIT: COMPILED_VERSIONS}):
+                return compiled(*args, **kwargs)
+
+        fn = floats_specialized
     if cuda_graphs:
         fn = CapturedStep(fn, device)
     return fn
