@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import functools
 import logging
 import time
@@ -144,6 +145,15 @@ class GraphBreaks:
         return "\n".join(lines)
 
 
+def _explain_afresh(fn: Callable, *args):
+    """``torch._dynamo.explain(fn)(*args)`` from a clean slate: the compiled functions no longer used
+    are collected first (so that their cleanup does not run in the middle of the trace), then
+    dynamo's caches are cleared, so that what earlier compiles left behind cannot change the verdict."""
+    gc.collect()
+    torch._dynamo.reset()
+    return torch._dynamo.explain(fn)(*args)
+
+
 def graph_breaks(fn: Callable, *args) -> GraphBreaks:
     """Trace ``fn(*args)`` with ``torch._dynamo.explain`` (it runs ``fn`` once) and say where it breaks.
 
@@ -152,8 +162,7 @@ def graph_breaks(fn: Callable, *args) -> GraphBreaks:
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(fn)(*args)
+    explained = _explain_afresh(fn, *args)
     reasons = []
     for item in explained.break_reasons:
         text = " ".join(item.reason.split("\n")[:2]).strip()
@@ -179,8 +188,7 @@ def check_break_free(fn: Callable, inputs, expected) -> str:
     if not inputs or len(inputs) != len(expected):
         raise ValueError(f"inputs ({len(inputs)}) and expected ({len(expected)}) must be as many, and at least one")
     name = getattr(fn, "__name__", "fn")
-    torch._dynamo.reset()
-    explained = torch._dynamo.explain(fn)(inputs[0])
+    explained = _explain_afresh(fn, inputs[0])
     lines = []
     for item in explained.break_reasons:
         frame = item.user_stack[-1] if item.user_stack else None
