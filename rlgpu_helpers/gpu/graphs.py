@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import functools
+import gc
 import logging
 import time
 from collections.abc import Callable
