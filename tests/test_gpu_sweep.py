@@ -64,7 +64,7 @@ def test_the_calls_go_by_value_two_fit_a_quarter_hour_and_the_gpu_rows_fit_half_
     in_time = {step.suite for number in first for step in sweep.CALLS[number - 1].steps}
     assert in_time >= {name for name, suite in SUITES.items() if not suite.cpu_only}  # every notebook's GPU rows
     text = sweep.plan(35 * 60)
-    assert "calls 1, 2, 3, 4, 5 fit" in text and "left out: call 6 (ablation: lessons 03 04 06;" in text
+    assert "calls 1, 2, 3, 4, 5 fit" in text and "left out: calls 6, 7 (time to win: gamma 0.999; ablation: lessons 03 04 06;" in text
     assert "Budget 50 s: calls none fit" in sweep.plan(50)
 
 
@@ -96,7 +96,7 @@ def test_a_test_step_past_its_time_is_interrupted_and_still_prints_its_failures(
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["99"], "call='99': give one of 1, 2, 3, 4, 5, 6, all"),
+    (["99"], "call='99': give one of 1, 2, 3, 4, 5, 6, 7, all"),
     ([], "call=None: give one of"),
     (["--plan", "--budget", "-5"], "--budget=-5: give a number of seconds above 0"),
     (["1", "--budget", "100"], "--budget=100: give a number of seconds above 0, with --plan"),
@@ -302,14 +302,20 @@ def test_a_dry_run_of_real_steps_uses_quick_sizes_and_only_collects_the_tests(tm
     assert {r.params["elements"] for r in records} == {1, 2**10, 2**16}  # graphs' quick sizes
 
 
-def test_the_time_to_win_brings_back_its_agent_with_the_curve(tmp_path, monkeypatch):
+def test_each_time_to_win_brings_back_its_own_agent_with_the_curve(tmp_path, monkeypatch):
     from rlgpu_helpers.learn.checkpoint import load_checkpoint
+    from rlgpu_helpers.learn.tune import win_settings
 
-    monkeypatch.setattr(sweep, "CALLS", (Call("win", (find_step("time to win"),)),))
+    steps = (find_step("time to win"), find_step("time to win: gamma 0.999"))  # the same settings on a CPU
+    monkeypatch.setattr(sweep, "CALLS", (Call("win", steps),))
     out = tmp_path / "out"
     assert sweep.main(["1", "--device", "cpu", "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
-    agent = load_checkpoint(out / "agents" / "win-6x6-seed0.pt")  # quick mode: one seed on a 6 x 6 board
-    assert agent["extra"]["curve"] and agent["extra"]["curve"][-1]["seconds"] > 0
+    gammas = {}
+    for folder in ("time-to-win", "time-to-win-gamma-0-999"):  # one folder per step: neither overwrites the other
+        agent = load_checkpoint(out / "agents" / folder / "win-6x6-seed0.pt")  # quick mode: one seed, 6 x 6
+        assert agent["extra"]["curve"] and agent["extra"]["curve"][-1]["seconds"] > 0
+        gammas[folder] = agent["config"]["gamma"]
+    assert gammas == {"time-to-win": win_settings("cpu")["gamma"], "time-to-win-gamma-0-999": 0.999}
     assert {r.name for r in load_json(out / "records" / f"{LABEL}.json")} == {"time to win"}
 
 

@@ -1,6 +1,6 @@
 """Every GPU measurement of the course within short leases: run it first whenever a GPU is lent.
 
-The sweep is six calls, in order of value: the GPU tests and the headline records of env steps/s,
+The sweep is seven calls, in order of value: the GPU tests and the headline records of env steps/s,
 precision and graphs; the time to win (the ``"win"`` preset trained for 3 minutes, then 1,000
 games); the time to a score with the settings chosen on the GPU; the unit tests with CUDA present;
 then the rest. Each call is one command of the
@@ -197,6 +197,11 @@ CALLS = (
         Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
         Step("ddp", 120, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
     )),
+    Call("the time to win with the CPU preset's horizon, gamma 0.999, which the GPU's preset takes only once "
+         "a GPU has run it", (
+        Step("time to win: gamma 0.999", 205, "wins", options={"gamma": 0.999},
+             sizes={"seeds": (0,), "budget_s": 180.0, "games": 1000}),
+    )),
     Call("more rows: notebook 11's ablation, the naive loop on the CPU, graphs of acting and the update", (
         Step("ablation: lessons 03 04 06", 140, "capstone",
              options={"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}, sizes={"budget_s": 30.0},
@@ -380,7 +385,7 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
     Returns how it ended ("ok", "failed", or "timed out" when killed), a one-line summary and the
     files it wrote. Its output goes to ``log``; with ``out``, its records also go into
     ``out/records/`` (see :func:`merge`), and the time to win's trained agents (each with its
-    curve) into ``out/agents/``. A dry run (``device`` "cpu") leaves the step's
+    curve) into ``out/agents/<the step's name>/``. A dry run (``device`` "cpu") leaves the step's
     sizes to the suites' quick ones, and only collects the tests.
     """
     dry = device == "cpu"
@@ -395,7 +400,7 @@ def run_step(step: Step, *, device: str, data: Path, command: str, log: Path, en
         else:
             options = {**step.options, **({} if dry else step.sizes)}
             if step.suite == "wins" and out is not None:  # each seed's agent, its curve inside, comes back too
-                options["agents"] = str(out / "agents")
+                options["agents"] = str(out / "agents" / re.sub(r"\W+", "-", step.name))
             spec = {"suite": step.suite, "part": step.part, "options": options, "device": device,
                     "data": str(data), "command": command, "result": str(result),
                     "out": None if out is None else str(out)}
