@@ -235,6 +235,7 @@ def test_the_win_preset_is_valid_on_each_device_and_plays_the_board_from_the_hea
         PPOConfig(**settings)  # a valid config (on a CPU machine the device stays the default cpu)
     assert win_settings("cuda")["net"] == "ego_cnn" and win_settings("cpu")["net"] == "mlp"
     assert win_settings("cpu")["compile"] and not win_settings("cuda")["compile"]  # a GPU has not measured it yet
+    assert (win_settings("cpu")["gamma"], win_settings("cuda")["gamma"]) == (0.999, 0.995)  # the same
 
 
 @pytest.mark.parametrize(("name", "device"), [("ppo-ego_grid-win-10x10-cpu", "cpu"), ("ppo-ego_grid-win-10x10", "cuda")])
@@ -262,7 +263,7 @@ def test_train_preset_win_then_play(tmp_path, capsys):
                  "--agent", str(agent)]) == 0
     config = load_agent(agent).config
     assert (config["obs_type"], config["net"], config["gamma"], config["num_envs"], config["hidden"],
-            config["mirror"]) == ("ego_grid", "mlp", 0.995, 16, 8, False)
+            config["mirror"]) == ("ego_grid", "mlp", 0.999, 16, 8, False)
     assert rules.observation_shape("ego_grid", 6, 6) == (3, 11, 11)
     assert main(["play", str(agent), "--games", "1"]) == 0
     assert "game 1: score" in capsys.readouterr().out
