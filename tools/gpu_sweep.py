@@ -149,6 +149,8 @@ class Call:
 
 GRAPHS = "rlgpu_helpers.bench.graphs"
 CHOICE = "capstone: the settings chosen on the GPU"
+WIN_SIZES = {"seeds": (0,), "budget_s": 180.0, "games": 1000}
+"""Every time-to-win step's sizes: seed 0 trained for the GPU target's 3 minutes, then 1,000 games each way."""
 PYTEST = ("-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rfE", "--continue-on-collection-errors")
 """pytest's options in every test step: no cache, no ``--nbval`` (the notebooks are not run here),
 one line per test (what a step cut off had passed), and a module that cannot be collected (its
@@ -171,7 +173,7 @@ CALLS = (
     Call("the time to win: the 'win' preset trained for 3 minutes and judged over 1,000 games; the env step's "
          "graphs; batch size", (
         # 180 s of training, then 2 x 1,000 evaluation games of up to a few thousand steps each
-        Step("time to win", 205, "wins", sizes={"seeds": (0,), "budget_s": 180.0, "games": 1000}),
+        Step("time to win", 205, "wins", sizes=WIN_SIZES),
         Step("graphs: the env step", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
              {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
         Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
@@ -199,8 +201,7 @@ CALLS = (
     )),
     Call("the time to win with the CPU preset's horizon, gamma 0.999, which the GPU's preset takes only once "
          "a GPU has run it", (
-        Step("time to win: gamma 0.999", 205, "wins", options={"gamma": 0.999},
-             sizes={"seeds": (0,), "budget_s": 180.0, "games": 1000}),
+        Step("time to win: gamma 0.999", 205, "wins", options={"gamma": 0.999}, sizes=WIN_SIZES),
     )),
     Call("more rows: notebook 11's ablation, the naive loop on the CPU, graphs of acting and the update", (
         Step("ablation: lessons 03 04 06", 140, "capstone",

@@ -218,8 +218,8 @@ def win_settings(device) -> dict:
     mirrored, a long horizon (gamma 0.995 on a GPU, 0.999 on a CPU; rewards scaled by 0.1 so the
     returns stay near 1), and a truncation that counts as a loss, since a looping snake never
     wins. The PPO numbers (256 games x 128 steps, lr 3e-4, clip 0.1, value weight 1, entropy
-    0.02) are those elichen/perfect_snake won 10x10 with. On a GPU the CNN trunk, 16x the games and the anchor's
-    minibatches of 8,192 rows. On a CPU the MLP, whose update costs about a quarter of the CNN's
+    0.02) are those elichen/perfect_snake won 10x10 with. On a GPU the CNN trunk, 16x the games
+    and the anchor's minibatches of 8,192 rows. On a CPU the MLP, whose update costs about a quarter of the CNN's
     there; minibatches of 1,024 rows (32 per rollout, 8x the anchor's optimizer steps), which
     won 6-14% of the games in 30 minutes on three seeds where 8,192 won 0-0.6% (notebook 12);
     bf16 autocast where the CPU multiplies bf16 natively (notebook 08's rule: the update is
