@@ -65,7 +65,7 @@ def test_the_calls_go_by_value_two_fit_a_quarter_hour_and_the_gpu_rows_fit_half_
     assert in_time >= {name for name, suite in SUITES.items() if not suite.cpu_only}  # every notebook's GPU rows
     text = sweep.plan(35 * 60)
     assert "calls 1, 2, 3, 4, 5 fit" in text
-    assert "left out: calls 6, 7 (time to win: gamma 0.999; ablation: lessons 03 04 06;" in text
+    assert "left out: calls 6, 7 (time to win: gamma 0.999, lambda 0.98; ablation: lessons 03 04 06;" in text
     assert "Budget 50 s: calls none fit" in sweep.plan(50)
 
 
@@ -307,16 +307,17 @@ def test_each_time_to_win_brings_back_its_own_agent_with_the_curve(tmp_path, mon
     from rlgpu_helpers.learn.checkpoint import load_checkpoint
     from rlgpu_helpers.learn.tune import win_settings
 
-    steps = (find_step("time to win"), find_step("time to win: gamma 0.999"))  # the same settings on a CPU
+    steps = (find_step("time to win"), find_step("time to win: gamma 0.999, lambda 0.98"))  # the same settings on a CPU
     monkeypatch.setattr(sweep, "CALLS", (Call("win", steps),))
     out = tmp_path / "out"
     assert sweep.main(["1", "--device", "cpu", "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
-    gammas = {}
-    for folder in ("time-to-win", "time-to-win-gamma-0-999"):  # one folder per step: neither overwrites the other
+    horizons = {}
+    for folder in ("time-to-win", "time-to-win-gamma-0-999-lambda-0-98"):  # one folder per step: neither overwrites the other
         agent = load_checkpoint(out / "agents" / folder / "win-6x6-seed0.pt")  # quick mode: one seed, 6 x 6
         assert agent["extra"]["curve"] and agent["extra"]["curve"][-1]["seconds"] > 0
-        gammas[folder] = agent["config"]["gamma"]
-    assert gammas == {"time-to-win": win_settings("cpu")["gamma"], "time-to-win-gamma-0-999": 0.999}
+        horizons[folder] = agent["config"]["gamma"], agent["config"]["gae_lambda"]
+    cpu = win_settings("cpu")
+    assert horizons == {"time-to-win": (cpu["gamma"], cpu["gae_lambda"]), "time-to-win-gamma-0-999-lambda-0-98": (0.999, 0.98)}
     assert {r.name for r in load_json(out / "records" / f"{LABEL}.json")} == {"time to win"}
 
 

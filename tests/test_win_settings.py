@@ -236,6 +236,7 @@ def test_the_win_preset_is_valid_on_each_device_and_plays_the_board_from_the_hea
     assert win_settings("cuda")["net"] == "ego_cnn" and win_settings("cpu")["net"] == "mlp"
     assert win_settings("cpu")["compile"] and not win_settings("cuda")["compile"]  # a GPU has not measured it yet
     assert (win_settings("cpu")["gamma"], win_settings("cuda")["gamma"]) == (0.999, 0.995)  # nor gamma 0.999
+    assert (win_settings("cpu")["gae_lambda"], win_settings("cuda")["gae_lambda"]) == (0.98, 0.95)  # nor lambda 0.98
 
 
 @pytest.mark.parametrize(("name", "device"), [("ppo-ego_grid-win-10x10-cpu", "cpu"), ("ppo-ego_grid-win-10x10", "cuda")])
