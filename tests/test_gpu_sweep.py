@@ -312,12 +312,14 @@ def test_each_time_to_win_brings_back_its_own_agent_with_the_curve(tmp_path, mon
     out = tmp_path / "out"
     assert sweep.main(["1", "--device", "cpu", "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
     horizons = {}
-    for folder in ("time-to-win", "time-to-win-gamma-0-999-lambda-0-98"):  # one folder per step: neither overwrites the other
+    # one folder per step: neither overwrites the other
+    for folder in ("time-to-win", "time-to-win-gamma-0-999-lambda-0-98"):
         agent = load_checkpoint(out / "agents" / folder / "win-6x6-seed0.pt")  # quick mode: one seed, 6 x 6
         assert agent["extra"]["curve"] and agent["extra"]["curve"][-1]["seconds"] > 0
         horizons[folder] = agent["config"]["gamma"], agent["config"]["gae_lambda"]
     cpu = win_settings("cpu")
-    assert horizons == {"time-to-win": (cpu["gamma"], cpu["gae_lambda"]), "time-to-win-gamma-0-999-lambda-0-98": (0.999, 0.98)}
+    assert horizons == {"time-to-win": (cpu["gamma"], cpu["gae_lambda"]),
+                        "time-to-win-gamma-0-999-lambda-0-98": (0.999, 0.98)}
     assert {r.name for r in load_json(out / "records" / f"{LABEL}.json")} == {"time to win"}
 
 
