@@ -307,7 +307,10 @@ def test_each_time_to_win_brings_back_its_own_agent_with_the_curve(tmp_path, mon
     from rlgpu_helpers.learn.checkpoint import load_checkpoint
     from rlgpu_helpers.learn.tune import win_settings
 
-    steps = (find_step("time to win"), find_step("time to win: gamma 0.999, lambda 0.98"))  # the same settings on a CPU
+    steps = (find_step("time to win"), find_step("time to win: gamma 0.999, lambda 0.98"))
+    cpu = win_settings("cpu")
+    # call 6 runs the CPU preset's horizon on a GPU: its options are the CPU preset's, typed again
+    assert steps[1].options == {name: cpu[name] for name in ("gamma", "gae_lambda")}
     monkeypatch.setattr(sweep, "CALLS", (Call("win", steps),))
     out = tmp_path / "out"
     assert sweep.main(["1", "--device", "cpu", "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
@@ -317,7 +320,6 @@ def test_each_time_to_win_brings_back_its_own_agent_with_the_curve(tmp_path, mon
         agent = load_checkpoint(out / "agents" / folder / "win-6x6-seed0.pt")  # quick mode: one seed, 6 x 6
         assert agent["extra"]["curve"] and agent["extra"]["curve"][-1]["seconds"] > 0
         horizons[folder] = agent["config"]["gamma"], agent["config"]["gae_lambda"]
-    cpu = win_settings("cpu")
     assert horizons == {"time-to-win": (cpu["gamma"], cpu["gae_lambda"]),
                         "time-to-win-gamma-0-999-lambda-0-98": (0.999, 0.98)}
     assert {r.name for r in load_json(out / "records" / f"{LABEL}.json")} == {"time to win"}

@@ -219,8 +219,8 @@ def win_settings(device) -> dict:
     returns stay near 1), and a truncation that counts as a loss, since a looping snake never
     wins. The PPO numbers (256 games x 128 steps, lr 3e-4, clip 0.1, value weight 1, entropy
     0.02) are those elichen/perfect_snake won 10x10 with. On a GPU the CNN trunk, 16x the games
-    and the anchor's minibatches of 8,192 rows. On a CPU the MLP, whose update costs about a quarter of the CNN's
-    there; minibatches of 1,024 rows (32 per rollout, 8x the anchor's optimizer steps), which
+    and the anchor's minibatches of 8,192 rows. On a CPU the MLP, whose update costs about a
+    quarter of the CNN's there; minibatches of 1,024 rows (32 per rollout, 8x the anchor's optimizer steps), which
     won 6-14% of the games in 30 minutes on three seeds where 8,192 won 0-0.6% (notebook 12);
     bf16 autocast where the CPU multiplies bf16 natively (notebook 08's rule: the update is
     matmuls of 1,024 rows, where bf16 still pays; notebook 12 measures it); and compiled
@@ -234,9 +234,8 @@ def win_settings(device) -> dict:
     of about 1,000 steps where 0.995's is 200: on the same three seeds it won 44-70% of the greedy
     games where 0.995 won 12-36%, and reached a mean of 60 in 220-252 s against 367-534 s. With
     it, on a CPU, GAE's lambda 0.98, where 0.95 carried about 20 steps of what happened into each
-    advantage and 0.98 carries about 50: on the same three seeds it won 66-83% of the
-    greedy games where 0.95 won 44-70%, though it reached a mean of 60 later (308-397 s against
-    220-252 s).
+    advantage and 0.98 carries about 50: on the same three seeds it won 66-83% of the greedy
+    games where 0.95 won 44-70%, though it reached a mean of 60 later (308-397 s against 220-252 s).
     A GPU's precision stays fp32, its iteration eager, its gamma 0.995 and its lambda 0.95 until a
     GPU has measured the alternatives (the GPU sweep's call 6 runs gamma 0.999 with lambda 0.98).
     """
