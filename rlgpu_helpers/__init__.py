@@ -41,7 +41,8 @@ Where each lesson's helpers live:
                                   bench.time_to_score, bench.ablation
 12    winning_the_board           learn.nets (shared trunks), learn.symmetry, learn.wins,
                                   learn.shaping, learn.tune (the win preset),
-                                  bench.time_to_win
+                                  learn.ppo (warm_up), learn.profile (device_timeline),
+                                  bench.time_to_win, bench.win_speed
 ====  ==========================  ==========================================================
 
 The command line (``python -m rlgpu_helpers bench | train | play | rank``) is in ``cli``, its

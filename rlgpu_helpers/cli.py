@@ -216,6 +216,9 @@ def run_train(args: argparse.Namespace) -> int:
     print(f"{result.algorithm}: {result.env_steps:,} env steps in {result.seconds:,.1f} s "
           f"({result.steps_per_second:,.0f} steps/s), {result.episodes:,} games, "
           f"mean score of the last 100: {score}")
+    if result.warmup_seconds:
+        print(f"Before that, compiling{' and capturing' if result.config['cuda_graphs'] else ''} took "
+              f"{result.warmup_seconds:,.1f} s (on iterations then undone: not in the time or the steps above)")
     print(f"Checkpoint: {result.checkpoint}")
     if args.agent is not None:
         save_agent(args.agent, result.learner, extra={

@@ -338,6 +338,8 @@ _CUDA_STAND_INS = {
     "manual_seed_all": lambda seed: None,
     "get_rng_state_all": lambda: [],
     "set_rng_state_all": lambda states: None,
+    "get_rng_state": lambda device="cuda": torch.zeros(16, dtype=torch.uint8),
+    "set_rng_state": lambda new_state, device="cuda": None,
 }
 """``torch.cuda`` as the fake GPU answers it: the calls the package makes."""
 

@@ -49,6 +49,7 @@ import rlgpu_helpers
 from rlgpu_helpers.gpu.graphs import CapturedStep
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
+from rlgpu_helpers.learn.tune import win_settings
 from rlgpu_helpers.replay import KINDS
 from rlgpu_helpers.replay.pinned import PinnedReplayBuffer
 from rlgpu_helpers.snake.rules import OBS_TYPES
@@ -232,6 +233,31 @@ CASES["PPO features fp16, cuda_graphs"] = Case(
     {"calls": {"VecSnake.step_tensors": 3}, "captures": 3, "replays": 9, "backwards": 3}, PPO_READ)
 
 
+
+
+def warm_up_the_win_preset(fc: FakeCuda, precision: str) -> dict:
+    """The ``"win"`` preset made small, with CUDA graphs and without compile (Inductor cannot run on fake tensors):
+    ``warm_up`` captures its three graphs on iterations it then undoes; the next iteration replays them."""
+    settings = {**win_settings("cuda"), **PPO_SIZES, "precision": precision, "compile": False}
+    ppo = PPO(PPOConfig(**settings, device="cuda"))
+    # the undo checks each game's state against the rules, reading values that fake tensors do not hold
+    fc.replace(VecSnake, "_check_state", lambda env, state: None)
+    ppo.warm_up()
+    fc.count_calls(VecSnake, "step_tensors")
+    with fc.hot("PPO.iterate, the win preset after its warm-up"):
+        ppo.iterate(0.5)
+    return {"env steps": ppo.env_steps}
+
+
+# The warm-up's three iterations capture each graph (9 replays, as above), and the iteration after it replays the
+# rollout twice, GAE once and the update twice: no step runs in Python any more. Backward ran in the warm-ups only.
+for precision in ("bf16", "fp16"):
+    CASES[f"PPO win preset {precision}, cuda_graphs, warmed up"] = Case(
+        "ppo", functools.partial(warm_up_the_win_preset, precision=precision),
+        {"calls": {"VecSnake.step_tensors": 0}, "captures": 3, "replays": 14, "backwards": 3,
+         "env steps": PPO_SIZES["num_envs"] * PPO_SIZES["num_steps"]}, PPO_READ)
+
+
 # ---------------------------------------------------------------------------- DQN
 
 def iterate_dqn(fc: FakeCuda, **settings) -> None:
@@ -315,9 +341,9 @@ def plant_host_tensor_in_rollout(fc: FakeCuda) -> None:
     real_act = PPO.act
 
     def act_with_host_index(self, obs):
-        action, logprob = real_act(self, obs)
+        action, logprob, value = real_act(self, obs)
         rows = torch.arange(obs.shape[0])  # planted: a host tensor in the hot loop
-        return action, logprob[rows]
+        return action, logprob[rows], value
 
     fc.replace(PPO, "act", act_with_host_index)
     ppo = PPO(PPOConfig(**PPO_SIZES, device="cuda"))

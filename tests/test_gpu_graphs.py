@@ -24,7 +24,7 @@ from rlgpu_helpers.gpu.graphs import (
 from rlgpu_helpers.gpu.sync import DeferredCheck, audit_syncs
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig, sample_actions
-from rlgpu_helpers.learn.tune import choose_settings
+from rlgpu_helpers.learn.tune import choose_settings, win_settings
 from rlgpu_helpers.snake import rules
 from rlgpu_helpers.snake.vec import VecSnake
 
@@ -73,6 +73,82 @@ def test_the_compiled_training_step_equals_the_eager_one_to_float32_rounding():
     for p, q in zip(eager.model.parameters(), compiled.model.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
     assert not torch.equal(next(eager.model.parameters()), next(PPO(PPOConfig(**config)).model.parameters()))
+
+
+WIN_SMALL = {"height": 6, "width": 6, "num_envs": 16, "num_steps": 8, "hidden": 16, "num_minibatches": 4,
+             "max_steps_without_food": 12, "seed": 3}
+"""The ``"win"`` preset made small: games end and restart within a few iterations."""
+ROLLOUT = ("obs", "actions", "rewards", "dones", "scores", "finished")
+"""What the games were: equal to the bit between two learners that played the same games."""
+
+
+def run_iterations(learner, iterations=3):
+    """Each iteration's rollout and values, and the weights after it."""
+    done = []
+    for i in range(iterations):
+        learner.iterate(i / iterations)
+        done.append({**{name: getattr(learner, name).clone() for name in ROLLOUT + ("logprobs", "values",
+                                                                                      "advantages")},
+                     "weights": [p.detach().clone() for p in learner.model.parameters()]})
+    return done
+
+
+def test_the_win_preset_compiled_after_its_warm_up_plays_the_same_games_and_updates_as_eager():
+    """The same seed, compiled (with Inductor drawing its random numbers as eager torch does) or eager: the same
+    games, step for step, and the same values and updates to float32 rounding, over several iterations. The
+    compiled learner is warmed up first, and the warm-up's iterations are undone: it starts where eager starts."""
+    settings = {**win_settings("cpu"), **WIN_SMALL, "precision": "fp32"}
+    with torch._inductor.config.patch(fallback_random=True):
+        eager = run_iterations(PPO(PPOConfig(**{**settings, "compile": False})))
+        compiled = PPO(PPOConfig(**{**settings, "compile": True}))
+        assert compiled.warm_up() > 0 and (compiled.env_steps, compiled.iterations) == (0, 0)
+        optimizer_steps = [int(s["step"]) for s in compiled.optimizer.state.values()]
+        assert optimizer_steps and set(optimizer_steps) == {0}  # the warm-up's steps undone: a fresh Adam
+        compiled = run_iterations(compiled)
+    ended = sum(int(i["finished"].sum()) for i in eager)
+    assert ended > 10, "the test needs games that end and restart"
+    for want, got in zip(eager, compiled):
+        for name in ROLLOUT:
+            assert torch.equal(want[name], got[name]), name
+        for name in ("logprobs", "values", "advantages"):
+            torch.testing.assert_close(got[name], want[name], rtol=1e-4, atol=1e-4)
+        for p, q in zip(want["weights"], got["weights"]):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+
+
+def test_what_an_iteration_changes_is_put_back_in_place_and_the_run_goes_on_as_before():
+    """``warm_up``'s undo on an eager learner mid-run (Adam has state): the iterations after it equal a twin's
+    that never ran the undone ones; the tensors are the same objects (a CUDA graph reads them where they lie)."""
+    settings = {**win_settings("cpu"), **WIN_SMALL, "compile": False}
+    twin = PPO(PPOConfig(**settings))
+    twin.iterate(0.1)
+    want = run_iterations(twin, 2)
+    learner = PPO(PPOConfig(**settings))
+    learner.iterate(0.1)
+    tensors = [id(t) for t in [*learner.model.parameters(), learner.flipped, learner.env._stamp]
+               + [v for s in learner.optimizer.state.values() for v in s.values()]]
+    saved = learner._iteration_state()
+    learner.iterate(0.5), learner.iterate(0.9)
+    learner._restore_iteration_state(saved)
+    assert (learner.env_steps, learner.iterations) == (twin.config.num_envs * twin.config.num_steps, 1)
+    assert tensors == [id(t) for t in [*learner.model.parameters(), learner.flipped, learner.env._stamp]
+                       + [v for s in learner.optimizer.state.values() for v in s.values()]]
+    got = run_iterations(learner, 2)
+    for a, b in zip(want, got):
+        for name in ROLLOUT + ("logprobs", "values", "advantages"):
+            assert torch.equal(a[name], b[name]), name
+        assert all(torch.equal(p, q) for p, q in zip(a["weights"], b["weights"]))
+    assert PPO(PPOConfig(**settings)).warm_up() == 0.0  # eager: nothing to compile or capture
+
+
+def test_an_iteration_of_the_win_preset_reads_nothing_on_the_host_before_its_one_read():
+    """On a CPU the audit intercepts every operator that would wait for a GPU: none in the whole iteration's
+    device work (rollout, GAE, every epoch's minibatch updates); the one read is ``iterate``'s."""
+    learner = PPO(PPOConfig(**{**win_settings("cpu"), **WIN_SMALL, "compile": False}))
+    report = audit_syncs(lambda: learner.iterate_on_device(0.5), "cpu")
+    assert report.total == 0, report
+    read = audit_syncs(lambda: learner.iterate(0.5), "cpu")  # the copy, then what is done with it on the host
+    assert read.total >= 1 and {row.where.rsplit(" ", 1)[-1] for row in read.rows} == {"(iterate)"}, read
 
 
 def test_a_compiled_bf16_learner_iterates_with_its_forward_passes_in_bf16():
@@ -476,6 +552,32 @@ def test_ppo_in_fp16_with_its_grad_scaler_trains_on_cuda_without_a_sync(launches
     assert learner.scaler.get_scale() > 0
     report = audit_syncs(learner.update, "cuda")
     assert report.total == 0, report
+
+
+@CUDA_ONLY
+@pytest.mark.parametrize("launches", [{"compile": False, "cuda_graphs": False}, {"compile": False}, {}],
+                         ids=["eager", "CUDA graphs", "the preset"])
+def test_a_whole_iteration_of_the_win_preset_queues_on_cuda_without_one_sync(launches):
+    """``set_sync_debug_mode("error")`` over an iteration's device work (the rollout, GAE, every minibatch update of
+    every epoch): any synchronizing CUDA call raises. The preset itself runs at full size (compiled, captured, in
+    this GPU's 16-bit format, as ``train --preset win`` runs it); the rungs below it at a smaller size."""
+    settings = {**win_settings("cuda"), **launches}
+    if launches:
+        settings.update(num_envs=512, num_steps=32, num_minibatches=16)
+    learner = PPO(PPOConfig(**settings, device="cuda"))
+    setup = learner.warm_up()
+    assert (setup > 0) == (learner.config.compile or learner.config.cuda_graphs)
+    learner.iterate(0.0)  # an eager learner's first calls set cuBLAS and the allocator up
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = learner.iterate_on_device(0.5)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    read = pending.cpu()
+    assert read[-1] == 0 and read[:-1].max() >= 0  # finite, and games finished
+    if learner.config.cuda_graphs:
+        assert all(fn.graph is not None for fn in (learner._rollout_fn, learner._gae_fn, learner._update_fn))
 
 
 @CUDA_ONLY

@@ -146,7 +146,7 @@ def test_a_gpu_policy_prints_the_tf32_setting_its_precision_makes(tf32_state, tr
         with ppo._forward():  # around each forward pass
             assert tf32_matmuls() is policy.tf32
         ppo.device = torch.device("cuda")  # only its type is read: around an iteration on a GPU
-        with ppo._matmul_precision():
+        with ppo.matmul_precision():
             assert tf32_matmuls() is policy.tf32
 
 

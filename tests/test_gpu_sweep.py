@@ -50,22 +50,30 @@ def test_every_suite_is_in_a_call_and_every_step_takes_its_options():
     assert all(names.index(step.needs) < names.index(step.name) for step in STEPS if step.needs)
 
 
-def test_the_calls_go_by_value_two_fit_a_quarter_hour_and_the_gpu_rows_fit_half_an_hour():
-    assert STEPS[0].name == "GPU tests"
-    headline = {"env steps/s", "precision", "graphs: a PPO iteration", "graphs: the env step", "time to win"}
-    assert headline <= {step.name for call in sweep.CALLS[:2] for step in call.steps}
-    assert sweep.CALLS[2].steps[-1].name == "time to score"
+def test_the_calls_go_by_issue_34s_order_and_two_fit_a_quarter_hour():
+    """The GPU tests and the preset's tuning, the time to win on seed 0, then seeds 1, 2 and a held-out one, the
+    launch comparison, the calls that never ran on a GPU, and last those on file for earlier code."""
+    names = [[step.name for step in call.steps] for call in sweep.CALLS]
+    assert names[0] == ["GPU tests", "win speed: the launches"]
+    assert [call[0] for call in names[1:5]] == ["time to win: seed 0", "time to win: seed 1", "time to win: seed 2",
+                                                f"time to win: seed {sweep.HELD_OUT_SEED} (held out)"]
+    assert sweep.HELD_OUT_SEED not in (0, 1, 2)
+    assert {"win speed: the shapes", "win speed: eager"} <= {name for call in names[1:3] for name in call}
+    assert all(name.startswith("launch comparison: ") for name in names[5]) and len(names[5]) == 4
+    never_ran = {"batch size", "time to score", "unit tests", "transfers", "replay", "sync costs", "ddp",
+                 "ablation: lessons 03 04 06", "ablation: lessons 08 09 11"}
+    on_file = {"env steps/s", "precision", "graphs: a PPO iteration", "graphs: the env step"}
+    position = {name: number for number, call in enumerate(names) for name in call}
+    assert max(position[name] for name in never_ran) < min(position[name] for name in on_file)
+    assert min(position[name] for name in never_ran) >= 3  # after the tuning and the time to win on seed 0
+    for call in names:  # a step that never ran fills a call only after that call's time to win
+        assert not any(name.startswith("time to win") for name in call[1:]), call
     assert sweep.CALL_S <= 8 * 60 and sweep.STEPS_S + sweep.CALL_OVERHEAD_S == sweep.CALL_S
     for call in sweep.CALLS:
         assert call.estimate_s <= sweep.STEPS_S, call.about
     assert sweep.fitting_calls(900) == [1, 2]  # a lease of 15 minutes
-    first = sweep.fitting_calls(35 * 60)
-    assert first == [1, 2, 3, 4, 5]
-    in_time = {step.suite for number in first for step in sweep.CALLS[number - 1].steps}
-    assert in_time >= {name for name, suite in SUITES.items() if not suite.cpu_only}  # every notebook's GPU rows
-    text = sweep.plan(35 * 60)
-    assert "calls 1, 2, 3, 4, 5 fit" in text
-    assert "left out: calls 6, 7 (time to win: gamma 0.999, lambda 0.98; ablation: lessons 03 04 06;" in text
+    text = sweep.plan(900)
+    assert "calls 1, 2 fit" in text and "left out: calls 3, 4, 5, 6, 7, 8, 9, 10, 11 (time to win: seed 1;" in text
     assert "Budget 50 s: calls none fit" in sweep.plan(50)
 
 
@@ -97,7 +105,7 @@ def test_a_test_step_past_its_time_is_interrupted_and_still_prints_its_failures(
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["99"], "call='99': give one of 1, 2, 3, 4, 5, 6, 7, all"),
+    (["99"], "call='99': give one of 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, all"),
     ([], "call=None: give one of"),
     (["--plan", "--budget", "-5"], "--budget=-5: give a number of seconds above 0"),
     (["1", "--budget", "100"], "--budget=100: give a number of seconds above 0, with --plan"),
@@ -176,6 +184,11 @@ def slow(device):
     time.sleep(600)
 
 
+def saves_then_hangs(device, save=None):
+    save(toy(device, 4.0))
+    time.sleep(600)
+
+
 def broken(device):
     raise RuntimeError("a broken step")
 '''
@@ -222,6 +235,16 @@ def test_a_step_that_fails_or_runs_too_long_keeps_the_records_of_the_steps_befor
     assert "===== broken" in (out / "call-1.log").read_text()
     assert run(1, tmp_path, stubs) is False  # everything on file: nothing runs again
     assert len(log_of(tmp_path)) == 4
+
+
+def test_a_step_that_hands_over_its_records_as_it_goes_keeps_them_when_it_is_killed(stubs, tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "CALLS", (Call("stubs", (Step("parts", 8, "ceilings", "sweep_stub:saves_then_hangs"),)),))
+    assert run(1, tmp_path, stubs) is False
+    parts, = log_of(tmp_path)
+    assert parts["outcome"] == "timed out"
+    for folder in (tmp_path / "data" / "reference", tmp_path / "out" / "records"):
+        saved, = load_json(folder / f"{LABEL}.json")
+        assert saved.value == 4.0
 
 
 def test_merging_two_calls_of_one_lease_keeps_both_calls_records_in_the_order_they_ran(stubs, tmp_path,
@@ -307,22 +330,21 @@ def test_each_time_to_win_brings_back_its_own_agent_with_the_curve(tmp_path, mon
     from rlgpu_helpers.learn.checkpoint import load_checkpoint
     from rlgpu_helpers.learn.tune import win_settings
 
-    steps = (find_step("time to win"), find_step("time to win: gamma 0.999, lambda 0.98"))
-    cpu = win_settings("cpu")
-    # call 6 runs the CPU preset's horizon on a GPU: its options are the CPU preset's, typed again
-    assert steps[1].options == {name: cpu[name] for name in ("gamma", "gae_lambda")}
+    steps = (find_step("time to win: seed 0"), find_step("launch comparison: eager, fp32"))
     monkeypatch.setattr(sweep, "CALLS", (Call("win", steps),))
     out = tmp_path / "out"
     assert sweep.main(["1", "--device", "cpu", "--data", str(tmp_path / "data"), "--out", str(out)]) == 0
-    horizons = {}
-    # one folder per step: neither overwrites the other
-    for folder in ("time-to-win", "time-to-win-gamma-0-999-lambda-0-98"):
-        agent = load_checkpoint(out / "agents" / folder / "win-6x6-seed0.pt")  # quick mode: one seed, 6 x 6
+    # one folder per step: neither overwrites the other (quick mode: 6 x 6, the steps' own seeds)
+    preset = load_checkpoint(out / "agents" / "time-to-win-seed-0" / "win-6x6-seed0.pt")
+    eager = load_checkpoint(out / "agents" / "launch-comparison-eager-fp32" / "win-6x6-seed0.pt")
+    for agent in (preset, eager):
         assert agent["extra"]["curve"] and agent["extra"]["curve"][-1]["seconds"] > 0
-        horizons[folder] = agent["config"]["gamma"], agent["config"]["gae_lambda"]
-    assert horizons == {"time-to-win": (cpu["gamma"], cpu["gae_lambda"]),
-                        "time-to-win-gamma-0-999-lambda-0-98": (0.999, 0.98)}
-    assert {r.name for r in load_json(out / "records" / f"{LABEL}.json")} == {"time to win"}
+    assert (eager["config"]["precision"], eager["config"]["compile"]) == ("fp32", False)
+    assert preset["config"]["compile"] and preset["extra"]["warmup_seconds"] > 0  # its compile, apart
+    records = load_json(out / "records" / f"{LABEL}.json")
+    assert {r.name for r in records} == {"time to win"}
+    changes = {r.params["precision"]: r.params["changes"] for r in records}
+    assert "compile=False" in changes["fp32"] and "compile" not in changes[win_settings("cpu")["precision"]]
 
 
 def test_the_code_version_follows_the_sources_only(tmp_path):

@@ -91,12 +91,15 @@ def test_a_rollout_step_makes_no_host_sync():
     assert audit_syncs(step_then_read, "cpu").total == 1, "the audit should catch a read planted after the step"
 
 
-def test_the_critic_runs_once_per_rollout_step_and_its_values_are_right():
+def test_the_critic_rates_each_step_with_the_policy_and_its_values_are_right():
     ppo = PPO(PPOConfig(height=5, width=5, num_envs=32, num_steps=8, hidden=16, seed=2))
     calls = []
     ppo.model.critic.register_forward_hook(lambda module, args, out: calls.append(args[0].shape[0]))
+    ppo.model.actor.register_forward_hook(lambda module, args, out: calls.append("actor"))
     ppo.collect()
-    assert calls == [32] + [64] * 8  # the first observations, then next + final observations per step
+    # per step: the policy and the critic on the observations, then the critic on the games' last
+    # observations (bootstrap_truncated); after the last step, the critic on the next observations
+    assert calls == ["actor", 32, 32] * 8 + [32]
     with torch.inference_mode():
         torch.testing.assert_close(ppo.values, ppo.model.value(ppo.obs.flatten(0, 1)).view(8, 32))
         torch.testing.assert_close(ppo.next_value, ppo.model.value(ppo.next_obs))

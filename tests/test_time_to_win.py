@@ -8,8 +8,6 @@ from rlgpu_helpers.bench.time_to_score import Curve
 from rlgpu_helpers.bench.time_to_win import (
     NAME,
     WinRun,
-    lesson_costs,
-    lesson_switches,
     load_win_curves,
     measure_wins,
     network_costs,
@@ -221,16 +219,3 @@ def test_the_suite_refuses_settings_it_sets_itself_or_that_ppo_lacks():
         measure_wins("cpu", progress=False, frames=3)
     with pytest.raises(TypeError, match="food_shaping"):
         measure_wins("cpu", progress=False, food_shaping="lots")
-
-
-
-def test_lesson_costs_time_the_preset_with_each_lessons_choice_switched():
-    switches = lesson_switches("cpu")
-    preset = switches.pop("the preset")
-    assert preset == {} and {"compile": not win_settings("cpu")["compile"]} in switches.values()
-    assert any(change.get("precision") not in (None, win_settings("cpu")["precision"]) for change in switches.values())
-    assert not any("cuda_graphs" in change for change in switches.values())  # no CUDA graphs on a CPU
-    table = lesson_costs("cpu", size=6, iterations=1, num_envs=8, num_steps=8, hidden=8, compile=False,
-                         switches={"the preset": {}, "08: fp32": {"precision": "fp32"}})  # eager: no compile to wait for
-    assert [row[0] for row in table.rows] == ["the preset", "08: fp32"]
-    assert all(float(row[3].replace(",", "")) > 0 for row in table.rows)

@@ -32,7 +32,7 @@ def test_resuming_gives_exactly_the_same_run_as_not_stopping(tmp_path, launch):
     interrupted = make_learner("ppo", **SMALL, **launch)
     iterate = interrupted.iterate
 
-    def stops_after_two(budget_used):
+    def stops_after_two(budget_used=0.0):
         if interrupted.iterations == 2:
             raise KeyboardInterrupt  # the run is stopped here, like a Ctrl-C or a lost session
         return iterate(budget_used)

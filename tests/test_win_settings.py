@@ -11,6 +11,7 @@ from torch import nn
 from rlgpu_helpers.cli import main
 from rlgpu_helpers.core.files import data_dir
 from rlgpu_helpers.learn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rlgpu_helpers.gpu.precision import DeviceTraits
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.learn.agents import load_agent
 from rlgpu_helpers.learn.nets import ActorCritic, EgoCNN, init_layer, make_encoder
@@ -18,7 +19,7 @@ from rlgpu_helpers.learn.ppo import PPO, PPOConfig
 from rlgpu_helpers.learn.symmetry import mirror_actions, mirror_observation
 from rlgpu_helpers.learn.training import ADDED_FIELDS, train
 from rlgpu_helpers.learn import tune
-from rlgpu_helpers.learn.tune import win_settings
+from rlgpu_helpers.learn.tune import WIN_MINIBATCH_ROWS, win_settings
 from rlgpu_helpers.snake import rules
 
 EGO = dict(obs_type="ego_grid", height=6, width=6)
@@ -168,12 +169,14 @@ def test_a_truncation_can_end_the_game_as_a_death_does_and_rewards_are_scaled():
             assert torch.equal(ppo.rewards, 0.25 * rewards)
 
 
-def test_the_critic_rates_only_the_next_observations_when_truncations_are_not_bootstrapped():
+def test_the_shared_trunk_runs_once_per_rollout_step_when_truncations_are_not_bootstrapped():
     ppo = PPO(PPOConfig(**EGO, num_envs=32, num_steps=4, hidden=8, net="mlp", bootstrap_truncated=False))
     rows = []
-    ppo.model.critic.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    ppo.model.trunk.register_forward_hook(lambda module, args, out: rows.append(("trunk", args[0].shape[0])))
+    ppo.model.critic.register_forward_hook(lambda module, args, out: rows.append(("critic", args[0].shape[0])))
     ppo.collect()
-    assert rows == [32] * 5
+    # one pass per step for the action and the value, then one for the value after the last step
+    assert rows == [("trunk", 32), ("critic", 32)] * 5
 
 
 def test_the_entropy_weight_follows_its_schedule_and_the_loss_reads_it():
@@ -228,25 +231,30 @@ def test_a_run_saved_before_the_new_settings_resumes_and_its_agent_plays(tmp_pat
         train(None, steps=512, out_dir=out, resume=True)
 
 
-def test_the_win_preset_is_valid_on_each_device_and_plays_the_board_from_the_head():
-    for device in ("cpu", "cuda"):
-        settings = win_settings(device)
+def test_the_win_preset_learns_alike_on_every_device_and_runs_as_each_device_runs_fastest():
+    cpu, gpu = win_settings("cpu"), win_settings("cuda")
+    for settings in (cpu, gpu):
         assert settings["obs_type"] == "ego_grid" and settings["mirror"] and not settings["bootstrap_truncated"]
-        PPOConfig(**settings)  # a valid config (on a CPU machine the device stays the default cpu)
-    assert win_settings("cuda")["net"] == "ego_cnn" and win_settings("cpu")["net"] == "mlp"
-    assert win_settings("cpu")["compile"] and not win_settings("cuda")["compile"]  # a GPU has not measured it yet
-    assert (win_settings("cpu")["gamma"], win_settings("cuda")["gamma"]) == (0.999, 0.995)  # nor gamma 0.999
-    assert (win_settings("cpu")["gae_lambda"], win_settings("cuda")["gae_lambda"]) == (0.98, 0.95)  # nor lambda 0.98
+        assert settings["num_envs"] * settings["num_steps"] // settings["num_minibatches"] == WIN_MINIBATCH_ROWS
+    PPOConfig(**cpu)  # a valid config (cuda_graphs needs a GPU to build one)
+    how_it_runs = {"num_envs", "num_minibatches", "precision", "compile", "cuda_graphs"}
+    assert {name for name in cpu if cpu[name] != gpu[name]} <= how_it_runs
+    assert cpu["compile"] and gpu["compile"] and gpu["cuda_graphs"] and not cpu["cuda_graphs"]
+    assert gpu["num_envs"] == 16 * cpu["num_envs"]
 
 
-@pytest.mark.parametrize(("name", "device"), [("ppo-ego_grid-win-10x10-cpu", "cpu"), ("ppo-ego_grid-win-10x10", "cuda")])
-def test_the_agents_on_file_were_trained_by_the_preset_as_it_is_now(name, device):
+def test_the_agents_on_file_were_trained_by_the_preset_as_it_is_now():
     """The records' ``changes`` are relative to the preset, so the preset may only change with the records
     and agents on file: each stored agent's settings are its device's preset (precision aside, which
-    follows the machine's bf16 instructions)."""
-    config = load_agent(data_dir() / "agents" / f"{name}.pt").config
-    differ = {k: (config[k], v) for k, v in win_settings(device).items() if k != "precision" and config[k] != v}
-    assert not differ, differ
+    follows the machine's bf16 instructions). A GPU's agent (no ``-cpu``) is there once a GPU has trained
+    the preset as it is now."""
+    paths = sorted((data_dir() / "agents").glob("ppo-ego_grid-win-10x10*.pt"))
+    assert "ppo-ego_grid-win-10x10-cpu.pt" in [path.name for path in paths]
+    for path in paths:
+        config = load_agent(path).config
+        preset = win_settings("cpu" if path.stem.endswith("-cpu") else "cuda")
+        differ = {k: (config[k], v) for k, v in preset.items() if k != "precision" and config[k] != v}
+        assert not differ, (path.name, differ)
 
 
 @pytest.mark.parametrize("bf16_native", [True, False])
@@ -254,7 +262,16 @@ def test_the_win_preset_takes_bf16_on_a_cpu_only_where_it_multiplies_bf16_native
     traits = tune.device_traits("cpu")
     monkeypatch.setattr(tune, "device_traits", lambda device: dataclasses.replace(traits, bf16_native=bf16_native))
     assert win_settings("cpu")["precision"] == ("bf16" if bf16_native else "fp32")
-    assert win_settings("cuda")["precision"] == "fp32"  # not measured in bf16 on a GPU yet
+
+
+@pytest.mark.parametrize(("capability", "precision"), [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp16"),
+                                                       ((6, 1), "fp32")])
+def test_the_win_preset_takes_notebook_08s_precision_on_each_gpu(monkeypatch, capability, precision):
+    """bf16 where the GPU multiplies it natively, fp16 with a GradScaler on a T4 (where compiled bf16 fails)."""
+    traits = DeviceTraits("cuda", "a GPU", capability, capability >= (8, 0), capability >= (7, 0))
+    monkeypatch.setattr(tune.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune, "device_traits", lambda device: traits)
+    assert win_settings("cuda")["precision"] == precision
 
 
 def test_train_preset_win_then_play(tmp_path, capsys):

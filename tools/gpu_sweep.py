@@ -1,15 +1,15 @@
 """Every GPU measurement of the course within short leases: run it first whenever a GPU is lent.
 
-The sweep is seven calls, in order of value: the GPU tests and the headline records of env steps/s,
-precision and graphs; the time to win (the ``"win"`` preset trained for 3 minutes, then 1,000
-games); the time to a score with the settings chosen on the GPU; the unit tests with CUDA present;
-then the rest. Each call is one command of the
-device tool, at most 400 s: a lease of 15 minutes runs the first two back to back, the machine's
-start included. Each step runs in a process of its own, interrupted at twice its estimate or at its
+The sweep is eleven calls, in order of value: the GPU tests and the tuning of the ``"win"`` preset
+(``bench win_speed``); its time to win (trained for 3 minutes, then 1,000 games each way) on seed
+0, then on seeds 1 and 2 and a held-out seed; the launch comparison (the preset's learning a minute
+each eager, in 16 bits, graphed, compiled); then the calls that have never run on a GPU, and last
+those on file for earlier code. Each call is one command of the device tool, at most 400 s: a
+lease of 15 minutes runs the first two back to back, the machine's start included. Each step runs in a process of its own, interrupted at twice its estimate or at its
 call's deadline (SIGINT first, so that pytest prints the failures it has seen, then SIGKILL), and a
 step that would not fit in what is left of the call is not started: a step that runs long loses its
-own records only. The estimates are the times of the first run on an H200 (2026-11-26) where
-there is one, guesses elsewhere; the limits are enforced, and the log says how long each step took.
+own records only. The estimates are the times of the first runs on an H200 (2026-11-26 and 27) where
+there are some, guesses elsewhere; the limits are enforced, and the log says how long each step took.
 
 Here, once, where pip reaches PyPI (the GPU machine has no network), and to see the plan:
 
@@ -32,8 +32,9 @@ A call skips the steps
 on file for this code, and a step that needs another's records (the ablation reads the capstone's
 choice) runs only once those are on file.
 
-Each step's records go into ``data/reference/<machine>.json`` as soon as the step ends (the GPU's
-file; the CPU's for what measures the CPU, such as ``loop``), and each step ends with an entry in
+Each step's records go into ``data/reference/<machine>.json`` as soon as the step ends, or as each
+of its parts ends where the suite hands them over (``save``: the tuning's configurations), into the
+GPU's file (the CPU's for what measures the CPU, such as ``loop``), and each step ends with an entry in
 ``data/sweeps/<gpu>.json``: the step, how it ended, its time, estimate and limit, the machine
 (GPU, driver, CUDA, torch), the date, the commit where there is one, and the version of the code.
 A step logged for this GPU and this code is skipped (``--redo`` runs it again). The version is a
@@ -149,34 +150,69 @@ class Call:
 
 GRAPHS = "rlgpu_helpers.bench.graphs"
 CHOICE = "capstone: the settings chosen on the GPU"
-WIN_SIZES = {"seeds": (0,), "budget_s": 180.0, "games": 1000}
-"""Every time-to-win step's sizes: seed 0 trained for the GPU target's 3 minutes, then 1,000 games each way."""
+WIN_SIZES = {"budget_s": 180.0, "games": 1000}
+"""Every time-to-win step's sizes: the GPU target's 3 minutes of training, then 1,000 games each way (its seed is
+an option: a dry run keeps it)."""
+HELD_OUT_SEED = 3
+"""A seed no setting of the preset was chosen on (the CPU's were chosen on seeds 0, 1 and 2)."""
+COMPARISON_SIZES = {"budget_s": 60.0, "games": 200}
+"""The launch comparison's sizes: one minute of training per setting, then 200 games each way."""
 PYTEST = ("-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rfE", "--continue-on-collection-errors")
 """pytest's options in every test step: no cache, no ``--nbval`` (the notebooks are not run here),
 one line per test (what a step cut off had passed), and a module that cannot be collected (its
 tooling missing) reported without stopping the others."""
 
-# The estimates: the first run's times on an H200 with 16 cores (2026-11-26) where there is one (the GPU
-# tests took 118 s with 8 failing early, then 185 s with 53 passing; the env steps/s 81 s, the precision
-# table 45 s, the graphs of an iteration 23 to 56 s and of the env step 23 to 54 s; the time to win 204 s;
-# ddp had not finished its CPU processes in 90 s; the unit tests had done 80% in 257 s on 8 workers),
-# guesses elsewhere: a timed point of a suite takes about 1.5 s, a torch.compile 10 to 40 s, a step's
-# process about 5 s to start. The first four calls bring every notebook its GPU rows.
+
+def time_to_win(seed: int, more: str = "") -> Step:
+    """The ``"win"`` preset trained for 3 minutes on ``seed``, then 1,000 games played each way: about 270 s
+    (its process, the compile and capture, the training, the evaluation)."""
+    return Step(f"time to win: seed {seed}{more}", 270, "wins", options={"seeds": (seed,)}, sizes=WIN_SIZES)
+
+
+def comparison(name: str, estimate_s: int, **launches) -> Step:
+    """The preset's learning settings trained for a minute with other launch settings or precision
+    (notebook 12's comparison, after LeanRL's): one step each, so that each saves its run as it ends."""
+    return Step(f"launch comparison: {name}", estimate_s, "wins", options={"seeds": (0,), **launches},
+                sizes=COMPARISON_SIZES)
+
+
+# The estimates: the first runs' times on an H200 with 16 cores (2026-11-26 and 27) where there are some (the
+# GPU tests took 185 s with 53 passing, before the win preset's were added; the env steps/s 81 s, the precision
+# table 45 s, the graphs of an iteration 23 to 56 s and of the env step 23 to 54 s; the time to win 204 s for
+# the eager preset, before compile and CUDA graphs; ddp had not finished its CPU processes in 90 s; the unit
+# tests had done 80% in 257 s on 8 workers), guesses elsewhere: a timed point of a suite takes about 1.5 s, a
+# torch.compile 10 to 60 s (the win preset's rollout, GAE and update took 44 s on a 2-core CPU, cold), a step's
+# process about 5 s to start. The calls go by issue 34's order: the GPU tests and the preset's tuning, the time
+# to win on seed 0, then on seeds 1, 2 and a held-out seed, the launch comparison, the calls that have never
+# run, and last those that have.
 CALLS = (
-    Call("the GPU tests; headline records: env steps/s by N, the precision and graph tables", (
-        Step("GPU tests", 185, tests="tests -m gpu"),  # 56 tests, 10 of them compile
-        Step("env steps/s", 85, "envs", sizes={"gym_num_envs": (1, 4, 16)}),  # 33 points
-        Step("precision", 50, "precision"),  # 32 points; PPO, 3 x 3 runs of 3 M steps
-        Step("graphs: a PPO iteration", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("iteration",)},
-             {"num_envs": (65536,)}),  # 2 compiles of a whole iteration
+    Call("the GPU tests; the 'win' preset's tuning: its launch settings", (
+        Step("GPU tests", 265, tests="tests -m gpu"),  # 60 tests; one compiles the preset at full size
+        # the old preset, CUDA graphs, the preset (compiled + CUDA graphs): about 10 s of iterations each
+        Step("win speed: the launches", 100, "win_speed", options={"groups": ("launches",)}),
     )),
-    Call("the time to win: the 'win' preset trained for 3 minutes and judged over 1,000 games; the env step's "
-         "graphs; batch size", (
-        # 180 s of training, then 2 x 1,000 evaluation games of up to a few thousand steps each
-        Step("time to win", 205, "wins", sizes=WIN_SIZES),
-        Step("graphs: the env step", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
-             {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
+    Call("the time to win on seed 0; the preset's tuning: the shapes of the work", (
+        time_to_win(0),
+        Step("win speed: the shapes", 70, "win_speed", options={"groups": ("shapes",)}),  # 4 captures, no compile
+    )),
+    Call("the time to win on seed 1; the preset's tuning: the eager rungs", (
+        time_to_win(1),
+        Step("win speed: eager", 50, "win_speed", options={"groups": ("eager",)}),  # 2 x 2 slow iterations
+    )),
+    Call("the time to win on seed 2; batch size", (
+        time_to_win(2),
         Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
+    )),
+    Call("the time to win on a held-out seed; launches and bytes, accumulation", (
+        time_to_win(HELD_OUT_SEED, " (held out)"),
+        Step("launch", 30, "launch"),
+        Step("accumulation", 40, "accumulation"),
+    )),
+    Call("the launch comparison: the preset's learning, a minute each eager in fp32, in 16 bits, graphed, compiled", (
+        comparison("eager, fp32", 80, precision="fp32", compile=False, cuda_graphs=False),
+        comparison("eager, 16 bits", 80, compile=False, cuda_graphs=False),
+        comparison("CUDA graphs, 16 bits", 85, compile=False),
+        comparison("compiled + CUDA graphs (the preset)", 100),
     )),
     Call("headline records: the time to a score, with the settings chosen on the GPU for a run of 60 s", (
         # 5 trials of 20 s, then the launch settings timed: 2 compiles of a whole iteration
@@ -184,35 +220,36 @@ CALLS = (
         Step("time to score", 195, "training", options={"setups": ("ours",)},
              sizes={"seeds": (0, 1, 2), "budget_s": 60.0}, needs=CHOICE),
     )),
-    Call("the unit tests with CUDA present, ceilings, launches, accumulation", (
+    Call("the unit tests with CUDA present, transfers, ceilings", (
         # On 14 workers, the longest test is the critical path: PPO learning a 6 x 6 grid on the CPU.
         Step("unit tests", 240, tests="tests -m 'not gpu'", workers=14),
-        Step("ceilings", 50, "ceilings"),  # 36 points
-        Step("launch", 30, "launch"),
-        Step("accumulation", 40, "accumulation"),
-    )),
-    Call("sync costs, transfers, replay buffers, one operator by size, ddp", (
-        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
         Step("transfers", 50, "transfers"),
+        Step("ceilings", 50, "ceilings"),  # 36 points
+    )),
+    Call("replay buffers, ddp, sync costs, graphs of acting and the update", (
         Step("replay", 80, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
-        Step("graphs: one operator by size", 15, "graphs", f"{GRAPHS}:op_time_by_size"),
-        Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
         Step("ddp", 120, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
+        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
+        Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
+             {"num_envs": (65536,)}),  # 4 compiles
     )),
-    Call("the time to win with the CPU preset's horizon, gamma 0.999 and GAE lambda 0.98, which the GPU's "
-         "preset takes only once a GPU has run it", (
-        Step("time to win: gamma 0.999, lambda 0.98", 205, "wins", options={"gamma": 0.999, "gae_lambda": 0.98},
-             sizes=WIN_SIZES),
-    )),
-    Call("more rows: notebook 11's ablation, the naive loop on the CPU, graphs of acting and the update", (
+    Call("notebook 11's ablation; the naive loop on the CPU", (
         Step("ablation: lessons 03 04 06", 140, "capstone",
              options={"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}, sizes={"budget_s": 30.0},
              needs=CHOICE),  # 4 runs of 30 s
         Step("ablation: lessons 08 09 11", 100, "capstone",
              options={"parts": ("ablation",), "arms": ("08", "09", "11")}, sizes={"budget_s": 30.0}, needs=CHOICE),
         Step("naive loop", 85, "loop"),  # the CPU's: notebook 02's 11 rows of about 7,000 steps
-        Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
-             {"num_envs": (65536,)}),  # 4 compiles
+    )),
+    Call("on file for earlier code: env steps/s, the precision table, graphs of an iteration and of the env step", (
+        Step("env steps/s", 85, "envs", sizes={"gym_num_envs": (1, 4, 16)}),  # 33 points
+        Step("precision", 50, "precision"),  # 32 points; PPO, 3 x 3 runs of 3 M steps
+        Step("graphs: a PPO iteration", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("iteration",)},
+             {"num_envs": (65536,)}),  # 2 compiles of a whole iteration
+        Step("graphs: the env step", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
+             {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
+        Step("graphs: one operator by size", 15, "graphs", f"{GRAPHS}:op_time_by_size"),
+        Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
     )),
 )
 
@@ -320,26 +357,34 @@ def measure(spec: dict) -> None:
     suite = SUITES[spec["suite"]]
     device = get_device("cpu" if suite.cpu_only else spec["device"])
     options = {key: tuple(value) if isinstance(value, list) else value for key, value in spec["options"].items()}
-    if spec["part"] is None:
-        records = suite.run(device, False, **options)
-    else:
+    reports = {machine_label(report): report for report in (device_report(device), device_report("cpu"))}
+
+    def save(records) -> list[str]:
+        """Merge ``records`` into the reference files of the machines that made them (and ``out``); their paths."""
+        files = []
+        for label in dict.fromkeys(record.machine for record in records):
+            if label not in reports:
+                raise ValueError(f"suite {spec['suite']!r} made records labelled {label!r}, a machine other than "
+                                 f"this one ({', '.join(reports)})")
+            mine = [record for record in records if record.machine == label]
+            path = save_reference(mine, reports[label], spec["command"], directory=Path(spec["data"]) / "reference")
+            files.append(str(path))
+            if spec.get("out") is not None:  # this call's records alone, for --merge
+                save_reference(mine, reports[label], spec["command"], directory=Path(spec["out"]) / "records")
+        return files
+
+    function = suite.run
+    if spec["part"] is not None:
         module, _, name = spec["part"].partition(":")
         function = getattr(importlib.import_module(module), name)
-        if "progress" in inspect.signature(function).parameters:
-            options["progress"] = False
-        records = function(device, **options)
-    reports = {machine_label(report): report for report in (device_report(device), device_report("cpu"))}
+    parameters = inspect.signature(function).parameters
+    if "progress" in parameters:
+        options["progress"] = False
+    if "save" in parameters:  # a suite that hands over its records as it makes them: a step cut off keeps them
+        options["save"] = save
+    records = function(device, **options)
     print(records_table(records, this_machine=machine_label(device_report(device))), flush=True)
-    files = []
-    for label in dict.fromkeys(record.machine for record in records):
-        if label not in reports:
-            raise ValueError(f"suite {spec['suite']!r} made records labelled {label!r}, a machine other than "
-                             f"this one ({', '.join(reports)})")
-        mine = [record for record in records if record.machine == label]
-        path = save_reference(mine, reports[label], spec["command"], directory=Path(spec["data"]) / "reference")
-        files.append(str(path))
-        if spec.get("out") is not None:  # this call's records alone, for --merge
-            save_reference(mine, reports[label], spec["command"], directory=Path(spec["out"]) / "records")
+    files = save(records)
     Path(spec["result"]).write_text(json.dumps({"records": len(records), "files": files}))
 
 

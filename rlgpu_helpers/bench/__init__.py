@@ -19,5 +19,7 @@ The harness they build on (timing, records, tables, plots, claims) is ``measure`
 - ``ablation``: the capstone's chosen settings, and each lesson switched off (11; imports
   ``time_to_score``, never the reverse);
 - ``time_to_win``: the win preset per seed, its time-to-win curve, 1,000 games judged (12; imports
-  ``time_to_score``).
+  ``time_to_score``);
+- ``win_speed``: the win preset's env steps/s by technique and by shape (12), a profile of its
+  GPU iteration, the peers' figures beside them.
 """

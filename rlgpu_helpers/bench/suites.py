@@ -30,6 +30,7 @@ from .replay import measure_replay
 from .syncs import measure_sync_costs
 from .time_to_score import measure_training
 from .time_to_win import measure_wins
+from .win_speed import measure_win_speed
 from .transfers import measure_transfers
 
 
@@ -63,5 +64,7 @@ SUITES = {
     "training": Suite(measure_training, "11: time to a mean score, PPO against the baselines"),
     "wins": Suite(measure_wins, "12: time to win: the 'win' preset on 3 seeds for 30 minutes, then 1,000 games each",
                   settings=PPOConfig),
+    "win_speed": Suite(measure_win_speed, "12: the 'win' preset's env steps/s, technique by technique and by shape",
+                       settings=PPOConfig),
     "capstone": Suite(measure_capstone, "11: the capstone's settings chosen by the helpers, and each lesson switched off"),
 }

@@ -9,7 +9,8 @@ slot's first game counts, so long games weigh as much as short ones.
 
 Records (name ``"time to win"``, one set per seed): steps/s and the final mean score; the
 seconds and env steps to the mean scores :data:`SCORE_THRESHOLDS` and to the training win rates
-:data:`WIN_THRESHOLDS`; and per way of playing the evaluation's win rate, mean and median score
+:data:`WIN_THRESHOLDS`; the seconds of compiling and capturing before the training (not in its
+time, ``PPO.warm_up``); and per way of playing the evaluation's win rate, mean and median score
 and the share of games cut off for circling without food.
 """
 
@@ -33,7 +34,7 @@ from ..core.device import get_device, machine_of
 from ..core.files import atomic_write
 from ..learn.agents import save_agent
 from ..learn.nets import ActorCritic
-from ..learn.ppo import PPO, PPOConfig
+from ..learn.ppo import PPOConfig
 from ..learn.tune import trial_run, win_settings
 from ..learn.wins import WinRecord, evaluate_wins
 from ..measure.records import Record, select
@@ -60,6 +61,8 @@ class WinRun:
     seed: int
     curve: Curve
     evaluations: dict[str, WinRecord]
+    warmup_s: float = 0.0
+    """Seconds of compiling and capturing before the training (``PPO.warm_up``), not in the curve's time."""
 
     def seconds_to_win_rate(self, share: float) -> dict | None:
         """The first curve point whose training win rate reached ``share``, or None."""
@@ -78,7 +81,8 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
     result = trial_run(budget_s, seed, device, progress=progress, **settings)
     learner, c = result.learner, result.learner.config
     details = {"obs_type": c.obs_type, "net": c.net, "num_envs": c.num_envs, "size": size,
-               "precision": c.precision, "compile": c.compile, "changes": preset_changes(preset, overrides)}
+               "precision": c.precision, "compile": c.compile, "cuda_graphs": c.cuda_graphs,
+               "changes": preset_changes(preset, overrides)}
     curve = Curve("ours", result.seconds, result.env_steps, result.curve, details, name=VARIANT)
     learner.model.eval()
     evaluations = {
@@ -93,10 +97,11 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
                 f"{name}={value!r}" for name, value in {"budget_s": budget_s, "seed": seed, "size": size,
                                                          **overrides}.items()) + ")",
             "seconds": result.seconds, "env_steps": result.env_steps, "mean_score": result.mean_score,
+            "warmup_seconds": result.warmup_seconds,
             **{f"{play} win rate": e.win_rate for play, e in evaluations.items()},
             "curve": result.curve,  # the time-to-win curve, for plotting it again
         })
-    return WinRun(seed, curve, evaluations)
+    return WinRun(seed, curve, evaluations, result.warmup_seconds)
 
 
 def preset_changes(preset: dict, overrides: dict) -> str:
@@ -113,6 +118,7 @@ def win_records(run: WinRun, machine: str, budget_s: float) -> list[Record]:
     records = curve_records(run.curve, machine, budget_s, run.seed, thresholds=SCORE_THRESHOLDS, name=NAME,
                             variant=VARIANT)
     params = {"budget_s": budget_s, "seed": run.seed, **run.curve.details}
+    records.append(Record(NAME, VARIANT, "compile and capture time", run.warmup_s, "s", params, None, machine))
     for share in WIN_THRESHOLDS:
         point = run.seconds_to_win_rate(share)
         if point is not None:
@@ -338,49 +344,3 @@ def network_costs(obs_shape, nets=("auto", "ego_cnn", "mlp"), *, hidden: int = 2
                      format_number(3 * 2 * macs * batch / seconds / 1e9)])
     return Table(["net", "weights", "forward MMAC per sample", f"forward+backward ms ({batch:,} samples)",
                   "samples/s", "GFLOP/s"], rows, [False] + [True] * 5)
-
-
-def lesson_switches(device) -> dict[str, dict]:
-    """The preset on ``device`` and, per GPU lesson, its settings with that lesson's choice switched.
-
-    Notebook 08: the other precision (fp32 where the preset takes bf16, else bf16). Notebook 09:
-    eager where the preset compiles (on a CPU), else compiled, and on a GPU captured in a CUDA
-    graph too. Notebook 06: half and twice the preset's games.
-    """
-    device = get_device(device, param="device")
-    preset = win_settings(device)
-    other = "fp32" if preset["precision"] != "fp32" else "bf16"
-    switches = {"the preset": {}, f"08: precision {other}": {"precision": other}}
-    switches.update({"09: eager": {"compile": False}} if preset["compile"] else {"09: compiled": {"compile": True}})
-    if device.type == "cuda":
-        switches["09: compiled + CUDA graphs"] = {"compile": True, "cuda_graphs": True}
-    games = preset["num_envs"]
-    switches[f"06: {games // 2:,} games"] = {"num_envs": games // 2}
-    switches[f"06: {games * 2:,} games"] = {"num_envs": games * 2}  # x4 would need 9 GB of rollout on a GPU
-    return switches
-
-
-def lesson_costs(device, *, size: int = 10, iterations: int = 3, switches: dict[str, dict] | None = None,
-                 **overrides) -> Table:
-    """What each GPU lesson's choice does to the speed of the ``"win"`` preset's PPO iterations on ``device``.
-
-    For each of ``switches`` (default :func:`lesson_switches`): the first iteration's seconds
-    (a compile's cost lands there), then the median of ``iterations`` more, as seconds per
-    iteration and env steps/s. ``overrides``: ``PPOConfig`` settings applied to every row (a
-    smaller run for a quick check). Speed only: whether a setting also learns faster per second
-    is a training run's question (``bench wins``).
-    """
-    device = get_device(device, param="device")
-    check_int("iterations", iterations)
-    switches = lesson_switches(device) if switches is None else switches
-    preset, rows = win_settings(device), []
-    for name, change in switches.items():
-        settings = {**preset, "height": size, "width": size, **overrides, **change, "device": str(device)}
-        learner = PPO(PPOConfig(**settings))
-        first = time_callable(learner.iterate, warmup=0, repeats=1, device=device).median
-        timing = time_callable(learner.iterate, warmup=0, repeats=iterations, device=device)
-        steps = learner.config.num_envs * learner.config.num_steps
-        rows.append([name, format_number(first), format_number(timing.median * 1e3), f"{steps / timing.median:,.0f}"])
-        del learner
-    return Table(["setting", "first iteration (s)", "ms per iteration (median)", "env steps/s"], rows,
-                 [False, True, True, True])

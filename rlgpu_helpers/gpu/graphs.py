@@ -245,7 +245,10 @@ class CapturedStep:
     reads other than its inputs (weights, env state) are read where they lie at each replay.
     """
 
-    def __init__(self, fn: Callable, device: str | torch.device, *, warmup: int = 2):
+    WARMUP = 2
+    """Eager calls before the capture, by default: the third call captures."""
+
+    def __init__(self, fn: Callable, device: str | torch.device, *, warmup: int = WARMUP):
         if not callable(fn):
             raise TypeError(f"fn={fn!r} is not callable")
         self.device = check_cuda(device)

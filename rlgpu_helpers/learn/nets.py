@@ -152,6 +152,10 @@ class ActorCritic(nn.Module):
         """The critic's estimate of each observation's value."""
         return self.critic(self.trunk(obs)).squeeze(-1)
 
+    def logits_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both, from one pass through the trunk: what acting needs (``forward`` is the same, for the loss)."""
+        return self(obs)
+
 
 class DivergedError(RuntimeError):
     """Training produced a loss or weights that are not finite (NaN or inf): it cannot go on."""

@@ -7,10 +7,13 @@ games and then runs ``update_epochs`` passes of clipped-objective minibatch upda
 What makes it fast: acting, the env, the rollout storage and the update all stay on one device,
 and nothing in the inner loops reads a value back to the host (a test audits ``rollout_step``
 with ``gpu.sync.audit_syncs``). Actions are sampled with the Gumbel-max trick rather than
-``Categorical.sample``, whose ``multinomial`` synchronizes on torch 2.4. The only host read is
-once per iteration, to hand the scores of the games that finished to the progress bar; a flag
-read with them says whether every loss and weight stayed finite, and ``iterate`` raises
-``DivergedError`` when one did not, so a diverged run stops before it is checkpointed.
+``Categorical.sample``, whose ``multinomial`` synchronizes on torch 2.4. Each rollout step runs the
+network once: the policy's logits and the critic's value of the same observations come out of one
+pass through the trunk. The minibatches are a permutation drawn on the device. The only host read
+is once per iteration (``iterate`` reads what ``iterate_on_device`` queued): the scores of the games
+that finished, for the progress bar, and a flag saying whether every loss and weight stayed finite;
+``iterate`` raises ``DivergedError`` when one did not, so a diverged run stops before it is
+checkpointed.
 
 Gradient accumulation (notebook 07): ``PPOConfig.accumulation_steps = K`` takes each minibatch in K
 micro-batches, one forward and backward pass each, and steps the optimizer once
@@ -33,13 +36,15 @@ Fewer launches (notebook 09): ``PPOConfig.compile`` runs the rollout step (actin
 the storage writes), GAE and the minibatch update through ``torch.compile``;
 ``PPOConfig.cuda_graphs`` captures each of them in a CUDA graph (``gpu.graphs.CapturedStep``) and
 replays it. Either one makes Adam graph-safe (``gpu.graphs.graph_safe_adam``: the learning rate
-is a device tensor, annealed in place). Both off, the learner runs eagerly, as before.
+is a device tensor, annealed in place). Both off, the learner runs eagerly, as before. The compile
+and the captures happen on the first calls: ``warm_up`` makes them on iterations it then undoes, so
+that ``training.train`` reports their seconds apart from the training time.
 
 Auto-reset happens inside the env step (``AutoresetMode.SAME_STEP``). A game cut off by the step
 limit (``truncated``) did not end: its reward is topped up with the discounted value of its real
 last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
-end by GAE. A game that ended (``terminated``) gets no bootstrap. The critic rates the next
-observations and those last observations in one pass per step.
+end by GAE. A game that ended (``terminated``) gets no bootstrap. Rating those last observations
+takes a second pass of the critic per step.
 
 Long games (notebook 12): ``bootstrap_truncated=False`` counts a truncation as an end instead (a
 snake that circles without eating loses its future), ``reward_scale`` shrinks the returns of games
@@ -54,13 +59,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import time
 
 import torch
 
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
-from ..core.device import available_memory, check_fits, get_device
+from ..core.device import available_memory, check_fits, get_device, synchronize
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
 from ..gpu.graphs import (
+    CapturedStep,
     graph_safe_adam,
     load_optimizer_state,
     set_learning_rate,
@@ -298,8 +305,7 @@ class PPO:
         if c.mirror:
             self.flipped.copy_(torch.rand(N, device=dev) < 0.5)
             self.next_obs = self._seen(self.next_obs, self.flipped)
-        with torch.inference_mode():
-            self.next_value = self.model.value(self.next_obs)
+        self.next_value = None  # the critic's value of next_obs, set by each collect (notebook 11 reads it)
         self.env_steps = 0
         self.iterations = 0
         launches = {"compile": c.compile, "cuda_graphs": c.cuda_graphs}
@@ -314,17 +320,8 @@ class PPO:
         ``budget_used`` (0..1) is how much of the training budget is spent, for lr annealing.
         """
         c = self.config
-        if c.anneal_lr:
-            set_learning_rate(self.optimizer, c.learning_rate * max(1.0 - budget_used, 0.0))
-        if self._ent_coef is not None:
-            self._ent_coef.fill_(c.ent_coef + (c.ent_coef_final - c.ent_coef) * min(max(budget_used, 0.0), 1.0))
-        self._losses_finite.fill_(True)
-        with self._matmul_precision():
-            self.collect()
-            self.update()
-        diverged = ~(self._losses_finite & weights_finite(self.model)).view(1)
         # The one host read per iteration: the finished games' scores, and whether the update diverged.
-        read = torch.cat([torch.where(self.finished, self.scores, -1).flatten(), diverged.long()]).cpu()
+        read = self.iterate_on_device(budget_used).cpu()
         if read[-1]:
             raise DivergedError(f"PPO diverged in iteration {self.iterations + 1}: a loss or the weights are not "
                                 "finite (NaN or inf); try a smaller learning_rate or max_grad_norm")
@@ -333,35 +330,115 @@ class PPO:
         scores = read[:-1]
         return scores[scores >= 0]
 
+    def iterate_on_device(self, budget_used: float = 0.0) -> torch.Tensor:
+        """One rollout and one update, queued on the device without waiting for it.
+
+        Returns what ``iterate`` reads back, still on the device: every rollout step's score
+        where a game finished (-1 elsewhere), then 1 if a loss or a weight is not finite, else 0.
+        """
+        c = self.config
+        if c.anneal_lr:
+            set_learning_rate(self.optimizer, c.learning_rate * max(1.0 - budget_used, 0.0))
+        if self._ent_coef is not None:
+            self._ent_coef.fill_(c.ent_coef + (c.ent_coef_final - c.ent_coef) * min(max(budget_used, 0.0), 1.0))
+        self._losses_finite.fill_(True)
+        with self.matmul_precision():
+            self.collect()
+            self.update()
+        diverged = ~(self._losses_finite & weights_finite(self.model)).view(1)
+        return torch.cat([torch.where(self.finished, self.scores, -1).flatten(), diverged.long()])
+
+    def warm_up(self) -> float:
+        """Compile and capture what ``compile`` and ``cuda_graphs`` ask for, on iterations that are then undone.
+
+        A compiled function compiles on its first call, a captured one is captured on its third
+        (``gpu.graphs.CapturedStep``): seconds of work before the first fast iteration, which
+        ``training.train`` keeps out of the training time. The iterations here make those calls
+        (GAE runs once per iteration); then the weights, Adam's state, the scaler, the games, the
+        mirror flags, the random streams and the counters are put back as they were, in place, so
+        that the graphs keep reading the same tensors and the run that follows is the one it would
+        have been. Returns the seconds it took: 0 for an eager learner, which has nothing to prepare.
+        """
+        c = self.config
+        if not (c.compile or c.cuda_graphs):
+            return 0.0
+        synchronize(self.device)
+        start = time.perf_counter()
+        saved = self._iteration_state()
+        for _ in range(CapturedStep.WARMUP + 1 if c.cuda_graphs else 1):
+            self.iterate()
+        self._restore_iteration_state(saved)
+        synchronize(self.device)
+        return time.perf_counter() - start
+
+    def _iteration_state(self) -> dict:
+        """Copies of everything an iteration changes that a later one reads (what ``warm_up`` undoes)."""
+        return {
+            "model": {name: value.clone() for name, value in self.model.state_dict().items()},
+            "optimizer": [{key: value.clone() for key, value in self.optimizer.state.get(p, {}).items()}
+                          for p in self.model.parameters()],
+            "scaler": None if self.scaler is None else self.scaler.state_dict(),
+            "env": self.env.state_dict(),
+            "next_obs": self.next_obs.clone(),
+            "flipped": self.flipped.clone(),
+            "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            "counters": (self.env_steps, self.iterations),
+        }
+
+    def _restore_iteration_state(self, saved: dict) -> None:
+        """Put back what ``_iteration_state`` copied, into the same tensors (CUDA graphs read them there).
+
+        Adam's state made since is zeroed, which is what a fresh Adam starts from: zero moments
+        and a step count of 0.
+        """
+        self.model.load_state_dict(saved["model"])  # copies into the parameters in place
+        for p, before in zip(self.model.parameters(), saved["optimizer"]):
+            for key, value in self.optimizer.state.get(p, {}).items():
+                value.copy_(before[key]) if key in before else value.zero_()
+        if self.scaler is not None:
+            self.scaler.load_state_dict(saved["scaler"])  # fills its scale and growth tracker in place
+        self.env.load_state_dict(saved["env"])
+        self.next_obs = saved["next_obs"]
+        self.flipped.copy_(saved["flipped"])
+        torch.set_rng_state(saved["rng"])
+        if saved["cuda_rng"] is not None:
+            torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
+        self.env_steps, self.iterations = saved["counters"]
+
     def collect(self):
+        """One rollout of ``num_steps`` steps of every game, then its advantages and returns (GAE)."""
         c = self.config
         with torch.inference_mode():
-            with self._forward():  # rated by the critic as it is now
-                self.next_value = self.model.value(self.next_obs).float()
             for t in range(c.num_steps):
                 self.rollout_step(t)
-            advantages, returns = self._gae_fn(self.next_value)
+            self.next_value, advantages, returns = self._gae_fn(self.next_obs)
             self.advantages.copy_(advantages)  # into the same tensors every time: a captured update reads them there
             self.returns.copy_(returns)
 
-    def _gae(self, next_value: torch.Tensor):
+    def _gae(self, next_obs: torch.Tensor):
+        """The critic's value of ``next_obs`` (the observations after the rollout's last step), then GAE."""
         c = self.config
-        return compute_gae(self.rewards, self.values, self.dones, next_value, c.gamma, c.gae_lambda)
+        with self._forward():  # rated by the critic as it is now
+            next_value = self.model.value(next_obs).float()
+        advantages, returns = compute_gae(self.rewards, self.values, self.dones, next_value, c.gamma, c.gae_lambda)
+        return next_value, advantages, returns
 
     @torch.inference_mode()
     def rollout_step(self, t: int) -> None:
         """Act in every game, step the env and store step ``t`` of the rollout: no host read."""
         self._t.fill_(t)
-        self.next_obs, self.next_value = self._rollout_fn(self._t, self.next_obs, self.next_value)
+        self.next_obs = self._rollout_fn(self._t, self.next_obs)
 
-    def _rollout_step_at(self, t: torch.Tensor, obs: torch.Tensor, value: torch.Tensor):
-        """The rollout step ``t`` (a 1-element device tensor) from ``obs`` and its ``value``: returns the next ones.
+    def _rollout_step_at(self, t: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
+        """The rollout step ``t`` (a 1-element device tensor) from ``obs``: returns the next observations.
 
-        One critic pass rates both the next observations (their values are step ``t + 1``'s)
-        and the real last observations of the games that just finished (for the bootstrap).
+        One pass of the network gives the action and the critic's value of ``obs``; with
+        ``bootstrap_truncated``, a second pass of the critic rates the real last observations
+        of the games that just finished.
         """
         c = self.config
-        action, logprob = self.act(obs)
+        action, logprob, value = self.act(obs)
         next_obs, reward, terminated, truncated, info = self.env.step(
             torch.where(self.flipped, mirror_actions(action), action) if c.mirror else action)
         final_obs, done = info["final_obs"], terminated | truncated
@@ -376,18 +453,15 @@ class PPO:
                                                                c.width)
         if c.reward_scale != 1.0:
             reward = reward * c.reward_scale
-        with self._forward():
-            if c.bootstrap_truncated:
-                next_value, final_value = self.model.value(torch.cat([next_obs, final_obs])).float().view(2, -1)
-            else:
-                next_value = self.model.value(next_obs).float()
         if c.bootstrap_truncated:  # a truncated game did not end: bootstrap from the value of its real last observation
+            with self._forward():
+                final_value = self.model.value(final_obs).float()
             reward = reward + c.gamma * final_value * truncated
         for storage, x in ((self.obs, obs), (self.actions, action), (self.logprobs, logprob), (self.values, value),
                            (self.rewards, reward), (self.dones, done.to(torch.float32)),
                            (self.scores, info["episode"]["score"]), (self.finished, info["_episode"])):
             storage.index_copy_(0, t, x[None].to(storage.dtype))
-        return next_obs, next_value
+        return next_obs
 
     def _seen(self, obs: torch.Tensor, flipped: torch.Tensor) -> torch.Tensor:
         """``obs`` as the policy sees it: mirrored (``learn.symmetry.mirror_observation``) in the ``flipped`` games.
@@ -397,14 +471,16 @@ class PPO:
         mirrored = obs.flip(-1) if self._mirror_order is None else obs.index_select(-1, self._mirror_order)
         return torch.where(flipped.view(-1, *[1] * (obs.ndim - 1)), mirrored, obs)
 
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The policy acting on ``obs``: an action per row, sampled without a sync, and its log-probability."""
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The policy acting on ``obs`` and the critic rating it, from one pass through the network:
+        an action per row (sampled without a sync), its log-probability, and the value of ``obs``."""
         with self._forward():
-            logits = self.model.logits(obs).float()
+            logits, value = self.model.logits_and_value(obs)
+        logits = logits.float()
         action = sample_actions(logits)
-        return action, torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1)
+        return action, torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1), value.float()
 
-    def _matmul_precision(self):
+    def matmul_precision(self):
         """The TF32 setting of ``config.precision`` around a whole iteration, where compiled code cannot make it."""
         if self.config.precision == "fp32" or self.device.type != "cuda":
             return contextlib.nullcontext()

@@ -63,14 +63,17 @@ from .training import (
 
 class DataParallelActorCritic(DistributedDataParallel):
     """DDP around ``ActorCritic``: ``forward`` (the loss) goes through DDP and all-reduces its
-    gradients; ``logits`` and ``value`` (acting and the critic's ratings, no gradient) go straight
-    to the network."""
+    gradients; ``logits``, ``value`` and ``logits_and_value`` (acting and the critic's ratings, no
+    gradient) go straight to the network."""
 
     def logits(self, obs: torch.Tensor) -> torch.Tensor:
         return self.module.logits(obs)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.module.value(obs)
+
+    def logits_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.module(obs)
 
 
 class DistributedPPO(PPO):
@@ -181,12 +184,13 @@ def train_distributed(config: PPOConfig | None = None, *, seconds: float | None 
         dist.broadcast(shared, 0)
         return float(shared)
 
-    spent = run_iterations(learner, curve, spent, seconds=seconds, steps=steps, path=path if lead else None,
-                           checkpoint_every_s=checkpoint_every_s, progress=progress, lead=lead, agree=agree)
+    spent, warmup = run_iterations(learner, curve, spent, seconds=seconds, steps=steps,
+                                   path=path if lead else None, checkpoint_every_s=checkpoint_every_s,
+                                   progress=progress, lead=lead, agree=agree)
     return TrainingResult(
         algorithm=learner.algorithm, config=dataclasses.asdict(learner.config), curve=curve.points, seconds=spent,
         env_steps=learner.env_steps, episodes=curve.episodes, mean_score=curve.mean_score,
-        checkpoint=path if lead else None, learner=learner)
+        checkpoint=path if lead else None, learner=learner, warmup_seconds=warmup)
 
 
 ROLLOUT = ("obs", "actions", "logprobs", "advantages", "returns")

@@ -3,12 +3,15 @@
 :func:`profile_ppo` runs a few PPO iterations under ``torch.profiler`` with a schedule (skip one,
 warm up one, record the rest), labels the env step, the rollout and the update with
 ``record_function``, and writes a trace that Perfetto (ui.perfetto.dev) or ``chrome://tracing``
-opens. :func:`top_operators` and :func:`time_shares` read it. The view from the outside, sampled
-utilization, is ``gpu.monitor.UtilizationMonitor``.
+opens. :func:`top_operators` and :func:`time_shares` read it. :func:`device_timeline` reads one
+iteration as a GPU lived it: how many kernels it ran and the share of the iteration it sat idle,
+waiting for the host (notebook 12). The view from the outside, sampled utilization, is
+``gpu.monitor.UtilizationMonitor``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from torch.profiler import ProfilerActivity, schedule
 
 from ..core import compat
 from ..core.checks import check_int
+from ..core.device import synchronize
 from ..gpu.launches import quiet_profiler
 from ..measure.table import Table, format_number
 
@@ -102,3 +106,52 @@ def top_operators(prof, limit: int = 10) -> Table:
             for a in sorted(averages, key=self_time, reverse=True)[:limit]]
     return Table(["operator", "calls", f"self {where} time (ms)", f"share of all {where} time (%)"], rows,
                  [False, True, True, True])
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceTimeline:
+    """What a GPU did during one PPO iteration, read from ``torch.profiler``'s trace (:func:`device_timeline`)."""
+
+    work_items: int
+    """Kernels, copies and fills the GPU ran (those inside CUDA graphs too)."""
+    graph_launches: int
+    """CUDA graph replays the host asked for: each runs many of the work items with one launch."""
+    busy_s: float
+    """Seconds during which at least one work item ran (the union of their intervals)."""
+    wall_s: float
+    """Seconds from the start of the iteration on the host to the end of its last work item."""
+
+    @property
+    def idle_share(self) -> float:
+        """The share of the iteration the GPU ran nothing: waiting for the host's next launch or read."""
+        return max(0.0, 1.0 - self.busy_s / self.wall_s)
+
+
+def device_timeline(learner) -> DeviceTimeline:
+    """Profile one ``learner.iterate()`` on its CUDA device and say how busy the GPU was.
+
+    Prepare the learner first (``warm_up``, and an iteration or two): a first iteration's compile
+    or capture is not what this measures. Annotations (``record_function`` ranges, which the trace
+    repeats on the device's timeline) are not work items and do not count as busy.
+    """
+    if learner.device.type != "cuda":
+        raise ValueError(f"device_timeline reads a GPU's trace: the learner is on {learner.device}")
+    synchronize(learner.device)
+    with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch.profiler.record_function("iteration"):
+            learner.iterate()
+        synchronize(learner.device)
+    events = list(prof.events())
+    start = min(e.time_range.start for e in events if e.name == "iteration" and e.device_type == DeviceType.CPU)
+    work = sorted((e.time_range.start, e.time_range.end) for e in events
+                  if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+                  and e.name not in LABELS)
+    if not work:
+        raise RuntimeError("the profiler recorded no GPU work (no CUPTI here?)")
+    busy, end = 0.0, -float("inf")  # the union of the intervals, in µs
+    for lo, hi in work:
+        if hi > end:
+            busy += hi - max(lo, end)
+            end = hi
+    launches = sum(e.name.startswith("cudaGraphLaunch") for e in events)
+    return DeviceTimeline(len(work), launches, busy / 1e6, (end - start) / 1e6)

@@ -3,7 +3,9 @@
 A learner (``PPO`` or ``DQN``) knows how to do one iteration and how to save and load itself.
 ``train`` runs iterations until a budget of wall-clock seconds or env steps is spent, shows a
 progress bar with steps/s and the mean score of the last 100 finished games, records the
-learning curve, and checkpoints every few minutes and at the end. ``train(..., resume=True)``
+learning curve, and checkpoints every few minutes and at the end. A learner that compiles or
+captures CUDA graphs does that first (``PPO.warm_up``, the bar says so): its seconds are reported
+apart, and the budget and the curve's clock start after it. ``train(..., resume=True)``
 continues from the last checkpoint in ``out_dir``: killed at any moment, a run loses at most the
 work since that checkpoint.
 """
@@ -99,6 +101,8 @@ class TrainingResult:
     checkpoint: Path | None
     learner: object = dataclasses.field(repr=False, default=None)
     """The trained learner (with ``resume=True``, the one rebuilt from the checkpoint)."""
+    warmup_seconds: float = 0.0
+    """Seconds spent compiling and capturing before the training started (``PPO.warm_up``), not in ``seconds``."""
 
     @property
     def steps_per_second(self) -> float:
@@ -307,12 +311,12 @@ def _train(learner, path: Path | None, *, seconds, steps, resume, device, checkp
                 torch.cuda.set_rng_state(rng, index)
 
     curve = ScoreCurve(**saved, win_score=rules.winning_score(learner.config.height, learner.config.width))
-    spent = run_iterations(learner, curve, spent, seconds=seconds, steps=steps, path=path,
-                           checkpoint_every_s=checkpoint_every_s, progress=progress)
+    spent, warmup = run_iterations(learner, curve, spent, seconds=seconds, steps=steps, path=path,
+                                   checkpoint_every_s=checkpoint_every_s, progress=progress)
     return TrainingResult(
         algorithm=learner.algorithm, config=dataclasses.asdict(learner.config), curve=curve.points,
         seconds=spent, env_steps=learner.env_steps, episodes=curve.episodes, mean_score=curve.mean_score,
-        checkpoint=path, learner=learner,
+        checkpoint=path, learner=learner, warmup_seconds=warmup,
     )
 
 
@@ -336,8 +340,9 @@ def snapshot(learner, curve: ScoreCurve, spent: float) -> dict:
 
 def run_iterations(learner, curve: ScoreCurve, spent: float, *, seconds: float | None, steps: int | None,
                    path: Path | None, checkpoint_every_s: float, progress: bool, lead: bool = True,
-                   agree=None) -> float:
-    """The loop of :func:`train`: iterate until the budget is spent; returns the seconds spent in all.
+                   agree=None) -> tuple[float, float]:
+    """The loop of :func:`train`: iterate until the budget is spent; returns the seconds spent in all
+    and the seconds of the warm-up before (compile and capture, ``PPO.warm_up``; 0 for other learners).
 
     budget used = the larger of spent / seconds and env steps / steps (the whole run, resumed
     parts included); each iteration anneals with it. The curve gets the finished games' scores
@@ -362,6 +367,11 @@ def run_iterations(learner, curve: ScoreCurve, spent: float, *, seconds: float |
     agree = agree if agree is not None else (lambda fraction: fraction)
     bar = tqdm(total=steps if steps is not None else round(seconds), initial=0, disable=not (progress and lead),
                unit="step" if steps is not None else "s", dynamic_ncols=True)
+    warmup = 0.0
+    if hasattr(learner, "warm_up") and (learner.config.compile or learner.config.cuda_graphs):
+        bar.set_description_str("compiling" + (" and capturing" if learner.config.cuda_graphs else ""), refresh=True)
+        warmup = learner.warm_up()
+        bar.set_description_str(f"compiled in {warmup:.0f} s (not counted); training", refresh=True)
     started, last_saved = time.perf_counter() - spent, time.perf_counter()
     try:
         while (budget := agree(used())) < 1.0:
@@ -386,4 +396,4 @@ def run_iterations(learner, curve: ScoreCurve, spent: float, *, seconds: float |
         bar.close()
     if lead and path is not None:
         save_checkpoint(path, snapshot(learner, curve, spent))
-    return spent
+    return spent, warmup

@@ -211,41 +211,40 @@ def ours_settings(device) -> dict:
     return {**suggested_settings(device), "obs_type": CAPSTONE_OBS}
 
 
-def win_settings(device) -> dict:
-    """The ``"win"`` preset (issue 22): ``PPOConfig`` settings for filling the board, not only eating.
+WIN_MINIBATCH_ROWS = 1024
+"""The ``"win"`` preset's minibatch, in rows (transitions), on every device."""
 
-    The board seen from the head (``"ego_grid"``) through one shared trunk, half of the games
-    mirrored, a long horizon (gamma 0.995 on a GPU, 0.999 on a CPU; rewards scaled by 0.1 so the
-    returns stay near 1), and a truncation that counts as a loss, since a looping snake never
-    wins. The PPO numbers (256 games x 128 steps, lr 3e-4, clip 0.1, value weight 1, entropy
-    0.02) are those elichen/perfect_snake won 10x10 with. On a GPU the CNN trunk, 16x the games
-    and the anchor's minibatches of 8,192 rows. On a CPU the MLP, whose update costs about a
-    quarter of the CNN's there; minibatches of 1,024 rows (32 per rollout, 8x the anchor's optimizer steps), which
-    won 6-14% of the games in 30 minutes on three seeds where 8,192 won 0-0.6% (notebook 12);
-    bf16 autocast where the CPU multiplies bf16 natively (notebook 08's rule: the update is
-    matmuls of 1,024 rows, where bf16 still pays; notebook 12 measures it); and compiled
-    (notebook 09): on the same three seeds it played more env steps per second and won 12-36% of
-    the greedy games where eager won 6-14%, though it reached a mean of 60 later (367-534 s
-    against 309-445 s, within the 10 minutes of the first target on every seed). The GPU keeps
-    the anchor's minibatches: on an H200 (3 minutes, seed 0) 1,024-row minibatches played 67k
-    env steps/s against 8,192's 383k and reached a mean score of 24 against 69 (a mean of 20
-    after 10.5M env steps against 12.1M: a little more per env step, far less per second;
-    notebook 06's trade, where on a GPU the big batch wins). And on a CPU gamma 0.999, a horizon
-    of about 1,000 steps where 0.995's is 200: on the same three seeds it won 44-70% of the greedy
-    games where 0.995 won 12-36%, and reached a mean of 60 in 220-252 s against 367-534 s. With
-    it, on a CPU, GAE's lambda 0.98, where 0.95 carried about 20 steps of what happened into each
-    advantage and 0.98 carries about 50: on the same three seeds it won 66-83% of the greedy
-    games where 0.95 won 44-70%, though it reached a mean of 60 later (308-397 s against 220-252 s).
-    A GPU's precision stays fp32, its iteration eager, its gamma 0.995 and its lambda 0.95 until a
-    GPU has measured the alternatives (the GPU sweep's call 6 runs gamma 0.999 with lambda 0.98).
+
+def win_precision(device) -> str:
+    """The ``"win"`` preset's precision on ``device``: notebook 08's rule.
+
+    A CUDA GPU: bf16 autocast where it multiplies bf16 natively (compute capability 8.0 and
+    later), fp16 with a GradScaler below (a T4), as ``gpu.precision.choose_policy`` says; on a
+    machine without one (the tables of notebook 12), the answer for a GPU with native bf16. A
+    CPU: bf16 where it has bf16 instructions (measured faster on the preset in notebook 12), else fp32.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return choose_policy(device_traits(device)).precision if torch.cuda.is_available() else "bf16"
+    return "bf16" if device_traits(device).bf16_native else "fp32"
+
+
+def win_settings(device) -> dict:
+    """The ``"win"`` preset (notebook 12): ``PPOConfig`` settings for filling the board, not only eating.
+
+    How it learns is the same on every device: the board seen from the head (``"ego_grid"``) through
+    one MLP trunk for both heads, half of the games mirrored, a horizon of about 1,000 steps (gamma
+    0.999, GAE's lambda 0.98), rewards scaled by 0.1, a truncation that counts as a loss, minibatches
+    of :data:`WIN_MINIBATCH_ROWS` rows, and elichen/perfect_snake's PPO numbers otherwise. How it runs
+    is the device's: 4,096 games on a GPU (256 on a CPU), :func:`win_precision`, compiled (notebook
+    09), and on a GPU captured in CUDA graphs. Notebook 12 shows the evidence for each setting.
     """
     gpu = torch.device(device).type == "cuda"
-    precision = "fp32" if gpu or not device_traits(device).bf16_native else "bf16"
-    return {"obs_type": "ego_grid", "net": "ego_cnn" if gpu else "mlp", "hidden": 256, "mirror": True,
-            "precision": precision, "compile": not gpu,
-            "num_envs": 4096 if gpu else 256, "num_steps": 128, "num_minibatches": 64 if gpu else 32,
-            "update_epochs": 4, "learning_rate": 3e-4, "gamma": 0.995 if gpu else 0.999,
-            "gae_lambda": 0.95 if gpu else 0.98, "reward_scale": 0.1,
+    num_envs, num_steps = (4096 if gpu else 256), 128
+    return {"obs_type": "ego_grid", "net": "mlp", "hidden": 256, "mirror": True,
+            "precision": win_precision(device), "compile": True, "cuda_graphs": gpu,
+            "num_envs": num_envs, "num_steps": num_steps, "num_minibatches": num_envs * num_steps // WIN_MINIBATCH_ROWS,
+            "update_epochs": 4, "learning_rate": 3e-4, "gamma": 0.999, "gae_lambda": 0.98, "reward_scale": 0.1,
             "bootstrap_truncated": False, "clip_coef": 0.1, "vf_coef": 1.0, "ent_coef": 0.02}
 
 

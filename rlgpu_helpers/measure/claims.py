@@ -46,6 +46,7 @@ GUIDE_SNAKE_OPT = "Performance Optimizations for Snake RL Training (guide)"
 GUIDE_UARA_DRL = "GPU Optimization Guide for UARA-DRL (guide)"
 GUIDE_TETRIS = "GPU-Optimized DQN Tetris Training (guide)"
 LEANRL = "LeanRL README, pytorch-labs/LeanRL: their speed-up table, H100 (guide)"
+PUFFERLIB = "PufferLib 3.0 announcement, puffer.ai/blog.html: a peer's figure (guide)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,6 +194,10 @@ CLAIMS = _claims(
     Claim("leanrl-compile-alone", LEANRL, "the compile column against the LeanRL implementation column: 3841/3728 "
           "(PPO Atari), 908/683 (PPO continuous), 255/130 (SAC), 272/247 (TD3)", 3841 / 3728, 255 / 130, "x",
           "speedup", "a PPO iteration compiled (no CUDA graphs) against eager, on a GPU", "09", gpu=True),
+    # notebook 12: the peer's end-to-end figure (theirs: their own C envs and network, an RTX 5090)
+    Claim("pufferlib-4m-sps", PUFFERLIB, "train at up to 4M steps/second on a single RTX 5090", 4e6, 4e6, "steps/s",
+          "figure", "end-to-end PPO training on one GPU: the 'win' preset's env steps/s, acting and learning", "12",
+          gpu=True),
     # notebook 11: the capstone's training against the guide's table (its GPU rows)
     Claim("gpu-256-envs-million-steps", GUIDE_GPU_RL, "256 GPU envs | ~120,000 | ~8 sec (training time, 1M steps)",
           8, 8, "s", "figure", "one million env steps of the capstone's PPO, acting and learning, with the chosen "
