@@ -13,9 +13,11 @@ from rlgpu_helpers.bench.win_speed import (
     measure_win_speed,
     speed_settings,
     speed_table,
+    speed_target_lines,
 )
 from rlgpu_helpers.learn.ppo import PPOConfig
 from rlgpu_helpers.learn.tune import WIN_MINIBATCH_ROWS, win_settings
+from rlgpu_helpers.measure.records import Record
 
 SMALL = {"num_envs": 16, "num_steps": 8, "hidden": 8, "num_minibatches": 2}
 
@@ -74,6 +76,7 @@ def test_each_configuration_is_timed_and_handed_over_as_it_is_measured():
     rows = {r.params["minibatch_rows"] for r in records}
     assert max(rows) == 16 * 8  # 4,096 rows asked of a rollout of 128: one minibatch, the whole rollout
     assert [row[1] for row in speed_table(records).rows] == list(configs)
+    assert speed_target_lines(records, "gpu-x") == ["gpu-x: the preset's speed is not on file ('bench win_speed')"]
     assert not [r for r in records if r.name == PROFILE_NAME]  # a CPU has no GPU timeline to profile
 
 
@@ -83,6 +86,21 @@ def test_names_pick_configurations_and_unknown_ones_are_refused():
     assert {r.variant for r in records} == {"eager, fp32"} and {r.name for r in records} == {NAME}
     with pytest.raises(ValueError, match="names"):
         measure_win_speed("cpu", progress=False, names=("warp drive",), **SMALL)
+
+
+def test_the_speed_targets_read_the_presets_figures():
+    def preset(rate, step_ms, rows):
+        params = {"minibatch_rows": rows}
+        return [Record(NAME, "the preset: compiled + CUDA graphs, bf16", "throughput", rate, "steps/s", params, None, "g"),
+                Record(NAME, "the preset: compiled + CUDA graphs, bf16", "optimizer step time", step_ms, "ms", params,
+                       None, "g"),
+                Record(NAME, "eager, fp32", "throughput", 9e6, "steps/s", params, None, "g")]
+
+    speed, step = speed_target_lines(preset(2.1e6, 0.4, 1024), "g")
+    assert speed.endswith("2M env steps/s or more: met (2,100,000 steps/s)")
+    assert step.endswith("one optimizer step of 1,024 rows in 0.5 ms or less: met (0.400 ms)")
+    speed, step = speed_target_lines(preset(1.9e6, 0.4, 8192), "g")
+    assert "not met (1,900,000 steps/s)" in speed and "of 8,192 rows in 0.5 ms or less: not met" in step
 
 
 @pytest.mark.gpu

@@ -20,6 +20,7 @@ a training run's question (``bench wins``).
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -178,7 +179,7 @@ def measure_win_speed(device, progress: bool = True, *, groups=GROUPS, seconds: 
         setup = learner.warm_up()
         if not setup:  # eager: one iteration pays the first calls' costs (cuBLAS, the allocator)
             time_iterations(learner, 0.0, at_least=1)
-        rollouts, updates = time_iterations(learner, seconds, at_least=1)
+        rollouts, updates = time_iterations(learner, seconds)
         made = speed_records(name, changes, learner, setup, rollouts, updates, machine)
         if device.type == "cuda" and name.startswith(PROFILED):
             made += profile_records(name, learner, machine)
@@ -186,6 +187,7 @@ def measure_win_speed(device, progress: bool = True, *, groups=GROUPS, seconds: 
             save(made)
         records += made
         del learner
+        gc.collect()  # its captured graphs hold their memory until the learner's reference cycles are collected
         torch._dynamo.reset()  # each configuration compiles its own: start afresh
     return records
 
@@ -244,3 +246,18 @@ def speed_claim_checks(records, machine: str) -> list[ClaimCheck]:
         checks.append(ClaimCheck(claim, f"{preset.variant}, {machine}",
                                  judge(claim, preset.value, preset.spread or 0.0, device=device)))
     return checks
+
+
+def speed_target_lines(records, machine: str) -> list[str]:
+    """Issue 34's speed targets, read on ``machine``'s ``bench win_speed`` records of the preset: 2M env steps/s
+    or more, and one optimizer step of 1,024 rows in 0.5 ms or less (the medians of its iterations)."""
+    mine = {r.metric: r for r in select(records, name=NAME) if r.machine == machine and r.variant.startswith(
+        "the preset")}
+    if not mine:
+        return [f"{machine}: the preset's speed is not on file ('bench win_speed')"]
+    rate, step = mine["throughput"], mine["optimizer step time"]
+    rows = step.params["minibatch_rows"]
+    return [f"{machine}, {rate.variant}: 2M env steps/s or more: {'met' if rate.value >= 2e6 else 'not met'} "
+            f"({rate.value:,.0f} steps/s)",
+            f"{machine}, {step.variant}: one optimizer step of {rows:,} rows in 0.5 ms or less: "
+            f"{'met' if step.value <= 0.5 and rows == 1024 else 'not met'} ({format_number(step.value)} ms)"]
