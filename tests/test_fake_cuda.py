@@ -340,8 +340,8 @@ def plant_host_tensor_in_rollout(fc: FakeCuda) -> None:
     """PPO's acting makes an index on the host at every rollout step (``torch.arange`` without ``device=``)."""
     real_act = PPO.act
 
-    def act_with_host_index(self, obs):
-        action, logprob, value = real_act(self, obs)
+    def act_with_host_index(self, obs, noise=None):
+        action, logprob, value = real_act(self, obs, noise)
         rows = torch.arange(obs.shape[0])  # planted: a host tensor in the hot loop
         return action, logprob[rows], value
 

@@ -220,14 +220,18 @@ class PPOConfig:
             check_number("target_kl", self.target_kl, above=0)
 
 
-def sample_actions(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_actions(logits: torch.Tensor, generator: torch.Generator | None = None, *,
+                   noise: torch.Tensor | None = None) -> torch.Tensor:
     """One action per row drawn from ``softmax(logits)``, without a host sync.
 
     The Gumbel-max trick: ``argmax(logits + g)`` with ``g = -log(e)``, ``e ~ Exponential(1)``,
     is exactly a draw from the softmax distribution. Unlike ``Categorical.sample``, nothing in
     it waits for the device. ``generator`` seeds the draws (an evaluation's); None uses torch's own.
+    ``noise``: the draws ``e`` themselves, shaped as ``logits``, for a caller that draws more at once.
     """
-    return (logits - torch.empty_like(logits).exponential_(generator=generator).log()).argmax(-1)
+    if noise is None:
+        noise = torch.empty_like(logits).exponential_(generator=generator)
+    return (logits - noise.log()).argmax(-1)
 
 
 def compute_gae(rewards, values, dones, next_value, gamma: float, gae_lambda: float):
@@ -438,13 +442,17 @@ class PPO:
         of the games that just finished.
         """
         c = self.config
-        action, logprob, value = self.act(obs)
+        # Every random number of the step in one draw: a compiler may not reorder two draws of one stream
+        # (torch 2.6 did, and compiled games then differed from eager ones under the same seed).
+        noise = torch.empty(obs.shape[0], rules.NUM_ACTIONS + c.mirror, device=obs.device).exponential_()
+        action, logprob, value = self.act(obs, noise[:, : rules.NUM_ACTIONS])
         next_obs, reward, terminated, truncated, info = self.env.step(
             torch.where(self.flipped, mirror_actions(action), action) if c.mirror else action)
         final_obs, done = info["final_obs"], terminated | truncated
         if c.mirror:  # a finished game's last observation as its game was seen; a new game is drawn again
             final_obs = self._seen(final_obs, self.flipped)
-            self.flipped.copy_(torch.where(done, torch.rand_like(reward) < 0.5, self.flipped))
+            new_flip = noise[:, -1] < math.log(2)  # P(e < ln 2) = 1/2 for e ~ Exponential(1)
+            self.flipped.copy_(torch.where(done, new_flip, self.flipped))
             next_obs = self._seen(next_obs, self.flipped)
         if c.food_shaping:  # towards the food earns, away costs; a game's end has potential 0
             ended = terminated if c.bootstrap_truncated else done
@@ -471,13 +479,15 @@ class PPO:
         mirrored = obs.flip(-1) if self._mirror_order is None else obs.index_select(-1, self._mirror_order)
         return torch.where(flipped.view(-1, *[1] * (obs.ndim - 1)), mirrored, obs)
 
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(self, obs: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                torch.Tensor]:
         """The policy acting on ``obs`` and the critic rating it, from one pass through the network:
-        an action per row (sampled without a sync), its log-probability, and the value of ``obs``."""
+        an action per row (sampled without a sync), its log-probability, and the value of ``obs``.
+        ``noise``: the Exponential(1) draws of the sampling (``sample_actions``), if already drawn."""
         with self._forward():
             logits, value = self.model.logits_and_value(obs)
         logits = logits.float()
-        action = sample_actions(logits)
+        action = sample_actions(logits, noise=noise)
         return action, torch.log_softmax(logits, -1).gather(1, action[:, None]).squeeze(1), value.float()
 
     def matmul_precision(self):
