@@ -51,6 +51,8 @@ WIN_THRESHOLDS = (0.01, 0.1, 0.5, 0.9)
 """Training win rates (of the last 100 games) whose first time is recorded."""
 EVALUATION_SEED = 12345
 """The seed of the evaluation's games and sampled actions: the same games for every run."""
+HELD_OUT_EVALUATION_SEED = 67890
+"""The evaluation games of the held-out seeds: no setting of the preset was chosen on them."""
 PLAYS = ("greedy", "sampled")
 
 
@@ -63,6 +65,7 @@ class WinRun:
     evaluations: dict[str, WinRecord]
     warmup_s: float = 0.0
     """Seconds of compiling and capturing before the training (``PPO.warm_up``), not in the curve's time."""
+    evaluation_seed: int = EVALUATION_SEED
 
     def seconds_to_win_rate(self, share: float) -> dict | None:
         """The first curve point whose training win rate reached ``share``, or None."""
@@ -70,10 +73,11 @@ class WinRun:
 
 
 def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, progress: bool = False,
-            agent: str | Path | None = None, **overrides) -> WinRun:
+            agent: str | Path | None = None, evaluation_seed: int = EVALUATION_SEED, **overrides) -> WinRun:
     """Train the ``"win"`` preset (with ``overrides``, any ``PPOConfig`` field) for ``budget_s`` seconds, then evaluate.
 
-    ``agent``: also save the trained network there (``play`` loads it).
+    ``agent``: also save the trained network there (``play`` loads it). ``evaluation_seed``: the
+    evaluation's games (:data:`HELD_OUT_EVALUATION_SEED` for games no setting was chosen on).
     """
     device = get_device(device, param="device")
     preset = win_settings(device)
@@ -87,7 +91,7 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
     learner.model.eval()
     evaluations = {
         play: evaluate_wins(learner.model.logits, games, height=c.height, width=c.width, obs_type=c.obs_type,
-                            seed=EVALUATION_SEED, greedy=play == "greedy", device=device,
+                            seed=evaluation_seed, greedy=play == "greedy", device=device,
                             max_steps_without_food=c.max_steps_without_food)
         for play in PLAYS
     }
@@ -101,7 +105,7 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
             **{f"{play} win rate": e.win_rate for play, e in evaluations.items()},
             "curve": result.curve,  # the time-to-win curve, for plotting it again
         })
-    return WinRun(seed, curve, evaluations, result.warmup_seconds)
+    return WinRun(seed, curve, evaluations, result.warmup_seconds, evaluation_seed)
 
 
 def preset_changes(preset: dict, overrides: dict) -> str:
@@ -127,7 +131,7 @@ def win_records(run: WinRun, machine: str, budget_s: float) -> list[Record]:
             records.append(Record(NAME, VARIANT, f"env steps to win rate {share:.0%}", point["env_steps"], "steps",
                                   params, None, machine))
     for play, evaluation in run.evaluations.items():
-        at = {**params, "play": play, "games": evaluation.games, "evaluation_seed": EVALUATION_SEED}
+        at = {**params, "play": play, "games": evaluation.games, "evaluation_seed": run.evaluation_seed}
         records += [
             Record(NAME, VARIANT, f"evaluation win rate ({play})", 100 * evaluation.win_rate, "%", at, None, machine),
             Record(NAME, VARIANT, f"evaluation mean score ({play})", evaluation.mean, "food", at, None, machine),
@@ -139,13 +143,15 @@ def win_records(run: WinRun, machine: str, budget_s: float) -> list[Record]:
 
 
 def measure_wins(device, progress: bool = True, *, budget_s: float | None = None, seeds=None, games: int | None = None,
-                 size: int | None = None, agents: str | Path | None = None, **overrides) -> list[Record]:
+                 size: int | None = None, agents: str | Path | None = None, evaluation_seed: int = EVALUATION_SEED,
+                 **overrides) -> list[Record]:
     """The ``bench wins`` suite: the ``"win"`` preset on each of ``seeds`` for ``budget_s``, then ``games`` games each.
 
     Full size: 30 minutes on each of seeds 0, 1, 2 on the 10x10 board, 1,000 evaluation games per
     way of playing (about 95 minutes on a 2-core CPU). Quick: 3 s on a 6x6 board with fewer games
     and steps, to check that it runs. ``agents``: a folder to save each seed's trained agent in.
     ``overrides``: ``PPOConfig`` settings that change the preset; the records name them (``changes``).
+    ``evaluation_seed``: the evaluation's games (:data:`HELD_OUT_EVALUATION_SEED`: games no setting was chosen on).
     """
     budget = check_number("budget_s", pick(full=1800.0, quick=3.0) if budget_s is None else budget_s, above=0)
     seeds = check_ints("seeds", pick(full=(0, 1, 2), quick=(0,)) if seeds is None else seeds, minimum=0)
@@ -160,7 +166,8 @@ def measure_wins(device, progress: bool = True, *, budget_s: float | None = None
     records = []
     for seed in tqdm(seeds, desc="training runs", disable=not progress):
         agent = None if agents is None else Path(agents) / f"win-{size}x{size}-seed{seed}.pt"
-        run = run_win(budget, seed, device, games=games, size=size, progress=progress, agent=agent, **overrides)
+        run = run_win(budget, seed, device, games=games, size=size, progress=progress, agent=agent,
+                      evaluation_seed=check_int("evaluation_seed", evaluation_seed, 0), **overrides)
         records += win_records(run, machine, budget)
     return records
 
