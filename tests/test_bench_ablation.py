@@ -152,12 +152,16 @@ def test_effects_within_the_seeds_spread_are_marked_as_such():
     table = ablation_table(arms, curves, seeds=seeds)
     rows = {row[0]: row[-1] for row in table.rows}
     assert rows[BASELINE] == "— (over 3 seeds: final score 38.0-41.0, time to 20 1.00-2.00 s, time to 30 2.00-3.00 s)"
-    # a second later to 30 is what two seeds differ by; 10 food lost is not
-    assert rows["11 the observation"] == "1.50x the time to 30 (final score -10.0): beyond the seeds' spread"
+    # a second later to 30 is what two seeds differ by; 10 food lost is not: each measure is judged apart
+    assert rows["11 the observation"] == ("1.50x the time to 30 (final score -10.0): final score beyond the seeds' "
+                                          "spread, time to 30 within")
     assert rows["03 many games at once"] == "never reached 30 (final score -11.0): beyond the seeds' spread"
     close = {**curves, "11 the observation": curve([10.0, 20.0, 30.0, 39.0])}  # 30 at 3 s, ends at 39: -1
     assert ablation_table(arms, close, seeds=seeds).rows[-1][-1] == (
         "1.50x the time to 30 (final score -1.00): within the seeds' spread")
+    slower = {**curves, "11 the observation": curve([10.0, 20.0, 20.0, 30.0, 40.0])}  # 30 at 4 s, ends at 40
+    assert ablation_table(arms, slower, seeds=seeds).rows[-1][-1] == (
+        "2.00x the time to 30 (final score +0): time to 30 beyond the seeds' spread, final score within")
     with pytest.raises(ValueError, match="at least 2 Curves"):
         seed_spread([base])
 

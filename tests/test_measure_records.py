@@ -117,3 +117,17 @@ def test_a_waiting_lock_gets_it_when_the_holder_ends(tmp_path):
         waited = time.monotonic() - start
     holder.wait()
     assert waited > 0.3
+
+
+def test_gpu_coverage_says_what_each_gpu_on_file_holds_of_a_lesson_and_what_not():
+    from rlgpu_helpers.measure.records import Record, gpu_coverage
+
+    def record(name, machine):
+        return Record(name, "v", "m", 1.0, "u", {}, None, machine)
+
+    on_file = [record("transfer", "gpu-a"), record("replay_sample", "gpu-b"), record("transfer", "cpu-x-2c")]
+    assert gpu_coverage(on_file, ["transfer", "replay_sample"]) == (
+        "GPU machines in data/reference/: gpu-a (holds transfer; not measured yet: replay_sample); "
+        "gpu-b (holds replay_sample; not measured yet: transfer)")
+    assert gpu_coverage(on_file, ["ddp"]).endswith("gpu-b (holds none of this lesson's records; not measured yet: ddp)")
+    assert gpu_coverage(on_file[2:], ["transfer"]) == "GPU machines in data/reference/: none"

@@ -157,6 +157,8 @@ TECHNIQUE_ON_THE_PAGE = {
     "09": ["torch.compile", "torch.cuda.graph", ".replay()", ".copy_("],
     "10": ["init_process_group", "DistributedDataParallel", "all_reduce", "no_sync"],
     "11": [("torch.clamp", ".clamp("), ("torch.exp", ".exp()"), "gamma", "lam"],
+    "12": ["torch.rot90", ".gather(", ".flip(", "torch.softmax", "torch.autocast", "torch.compile",
+           "clip_grad_norm_"],
 }
 GPU_LESSONS = [path for path in NOTEBOOKS if path.name[:2] in TECHNIQUE_ON_THE_PAGE]
 
@@ -185,3 +187,12 @@ def test_every_exercise_has_a_collapsed_solution(path):
     solutions = sum(source.count("<details>") for source in markdown)
     assert solutions >= 1 and all(source.count("<details>") == source.count("</details>") for source in markdown)
     assert "write it yourself" in "\n".join(markdown).lower(), f"{path.name} has no 'write it yourself' task"
+
+
+def test_notebook_12s_lines_stay_within_100_characters():
+    """Its prose and code read without scrolling (the Colab cell, the same in every notebook, aside)."""
+    path = next(path for path in NOTEBOOKS if path.name.startswith("12_"))
+    cells = nbformat.read(path, as_version=4).cells
+    long = [(index, line) for index, cell in enumerate(cells) if index != 1
+            for line in cell.source.splitlines() if len(line) > 100]
+    assert not long, long

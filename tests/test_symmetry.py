@@ -1,6 +1,7 @@
 """Snake is left-right symmetric: mirrored games have mirrored observations, moves and the same rewards."""
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +11,15 @@ from hypothesis import strategies as st
 from test_vec_snake import random_state
 
 from rlgpu_helpers.learn.nets import QNetwork
-from rlgpu_helpers.learn.symmetry import mirror_actions, mirror_logits, mirror_observation, symmetric_logits
+from rlgpu_helpers.learn.symmetry import (
+    check_feature_mirror,
+    feature_mirror_order,
+    mirror_actions,
+    mirror_logits,
+    mirror_observation,
+    random_states,
+    symmetric_logits,
+)
 from rlgpu_helpers.snake import rules
 from rlgpu_helpers.snake.env import SnakeEnv
 from rlgpu_helpers.snake.rules import LEFT, RIGHT, UP, SnakeState
@@ -105,3 +114,19 @@ def test_bad_input_names_the_obs_type_or_the_shape():
         mirror_observation(np.zeros(11, np.float32), "ego_grid")
     with pytest.raises(ValueError, match=r"shape \(3, 4, 4\): a 'features' observation is \(\.\.\., 11\)"):
         mirror_observation(np.zeros((3, 4, 4), np.float32), "features")
+
+
+def test_the_exercise_checker_passes_the_mirror_and_fails_each_wrong_one_with_its_first_wrong_state():
+    """Notebook 12's exercise 6: one state of one heading let a mirror that also swaps up and down pass."""
+    states = random_states(games=32, steps=20, seed=1)
+    assert {state.direction for state in states} == {0, 1, 2, 3} and len(states) > 300
+    right = list(feature_mirror_order("features"))
+    assert check_feature_mirror(lambda obs: obs[right], states).endswith(
+        f"right on all {len(states)} states (headings [0, 1, 2, 3])")
+    up_and_down_too = [0, 2, 1, 5, 6, 3, 4, 7, 10, 9, 8]
+    verdict = check_feature_mirror(lambda obs: obs[up_and_down_too], states)
+    assert " wrong on " in verdict and re.search(r"the first, heading [02]:", verdict)  # up or down shows it
+    assert " wrong on " in check_feature_mirror(lambda obs: obs, states)
+    assert " wrong on " in check_feature_mirror(lambda obs: obs[:10], states)  # a wrong shape, no exception
+    with pytest.raises(TypeError, match="fn=3 is not callable"):
+        check_feature_mirror(3, states)

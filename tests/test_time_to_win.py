@@ -13,7 +13,9 @@ from rlgpu_helpers.bench.time_to_win import (
     network_costs,
     plot_win_curves,
     preset_changes,
+    plot_step_curves,
     save_win_curves,
+    steps_table,
     target_lines,
     win_records,
     win_table,
@@ -229,3 +231,26 @@ def test_the_suite_refuses_settings_it_sets_itself_or_that_ppo_lacks():
         measure_wins("cpu", progress=False, frames=3)
     with pytest.raises(TypeError, match="food_shaping"):
         measure_wins("cpu", progress=False, food_shaping="lots")
+
+
+def test_the_steps_table_gives_each_steps_median_and_worst_seed_in_the_targets_columns():
+    def run(seed, setup_changes, precision, to_60, wins, rate):
+        params = {"budget_s": 1800.0, "seed": seed, "precision": precision, "changes": setup_changes}
+        out = [Record(NAME, "v", "evaluation win rate (greedy)", wins, "%", params, None, "m"),
+               Record(NAME, "v", "throughput", rate, "steps/s", params, None, "m")]
+        if to_60 is not None:
+            out.append(Record(NAME, "v", "seconds to mean score 60", to_60, "s", params, None, "m"))
+        return out
+
+    records = (run(0, "gamma=0.995", "bf16", 500.0, 10.0, 100.0) + run(1, "gamma=0.995", "bf16", None, 30.0, 300.0)
+               + run(2, "gamma=0.995", "bf16", 400.0, 20.0, 200.0) + run(0, "", "bf16", 300.0, 60.0, 150.0)
+               + run(1, "", "bf16", 200.0, 70.0, 150.0))
+    table = steps_table(records, {"before": "bf16, gamma=0.995", "after": "bf16"}, "m")
+    assert table.rows == [["before", "0, 1, 2", "200", "500", "not reached", "20.0", "10.0"],
+                          ["after", "0, 1", "150", "250", "300", "65.0", "60.0"]]
+    with pytest.raises(ValueError, match=r"steps\['later'\]: no 1,800 s runs of 'fp32' on m"):
+        steps_table(records, {"later": "fp32"}, "m")
+    figure = plot_step_curves({"before": [[{"seconds": 0.0, "env_steps": 0, "win_rate": 0.0},
+                                           {"seconds": 60.0, "env_steps": 10, "win_rate": 0.5}]]}, "t")
+    line, = figure.axes[0].lines
+    assert list(line.get_ydata()) == [0.0, 50.0] and figure.axes[0].get_ylabel().endswith("(%)")

@@ -205,6 +205,47 @@ def win_table(records, budget_s: float | None = None) -> Table:
     return Table(columns, rows, [False, False, False] + [True] * (len(columns) - 3))
 
 
+def steps_table(records, steps: dict[str, str], machine: str, budget_s: float = 1800.0) -> Table:
+    """How a preset got where it is, one row per step: ``steps`` maps each step's label to the setup of its runs
+    (:func:`setup_of`), in the order they were taken; each row gives the median and the worst seed of
+    ``machine``'s runs of ``budget_s``: the time to a mean of 60 and the greedy games won."""
+    runs = [r for r in select(records, name=NAME, machine=machine) if r.params.get("budget_s") == budget_s]
+    rows = []
+    for label, setup in steps.items():
+        seeds = sorted({r.params["seed"] for r in runs if setup_of(r.params) == setup})
+        if not seeds:
+            raise ValueError(f"steps[{label!r}]: no {format_number(budget_s)} s runs of {setup!r} on {machine}")
+
+        def over(metric, how):
+            value = _over_seeds([_run_value(runs, (machine, setup, seed, budget_s), metric) for seed in seeds],
+                                metric, how)
+            return "not reached" if value is None else format_number(value)
+
+        rows.append([label, ", ".join(map(str, seeds)), over("throughput", "median"),
+                     over("seconds to mean score 60", "median"), over("seconds to mean score 60", "worst"),
+                     over("evaluation win rate (greedy)", "median"), over("evaluation win rate (greedy)", "worst")])
+    return Table(["step", "seeds", "env steps/s (median)", "s to mean 60 (median)", "(worst)",
+                  "greedy games won, % (median)", "(worst)"], rows, [False, False] + [True] * 5)
+
+
+def plot_step_curves(curves: dict[str, list[list[dict]]], title: str, x: str = "seconds"):
+    """The share of the last 100 games won, one colour per step and one line per seed: ``curves`` maps each
+    step's label to its seeds' curve points, against wall time (``x="seconds"``) or env steps."""
+    import matplotlib.pyplot as plt
+
+    check_choice("x", x, ("seconds", "env_steps"))
+    scale, xlabel = (60, "training time (minutes)") if x == "seconds" else (1e6, "env steps played (millions)")
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    for colour, (label, runs) in zip(plt.get_cmap("tab10").colors, curves.items()):
+        for i, points in enumerate(runs):
+            ax.plot([p[x] / scale for p in points], [100 * (p.get("win_rate") or 0.0) for p in points],
+                    color=colour, linewidth=1.2, label=label if i == 0 else None)
+    ax.set(xlabel=xlabel, ylabel="games won among the last 100 (%)", title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def setup_of(params: dict) -> str:
     """How a run was set up, as the tables name it: its precision, then its changes to the preset if any."""
     changes = params.get("changes", "")

@@ -214,6 +214,22 @@ def _merge(report: dict, entries: list[dict], directory: str | Path | None) -> P
     return path
 
 
+def gpu_coverage(records, names) -> str:
+    """One line for a lesson: each GPU machine in ``records``, which of the record ``names`` (the lesson's
+    measurements) it holds and which it does not yet; or that no GPU machine is on file."""
+    names = list(names)
+    gpus = sorted({r.machine for r in records if r.machine.startswith("gpu-")})
+    if not gpus:
+        return "GPU machines in data/reference/: none"
+    parts = []
+    for machine in gpus:
+        held = [name for name in names if any(r.machine == machine and r.name == name for r in records)]
+        missing = [name for name in names if name not in held]
+        said = f"holds {', '.join(held)}" if held else "holds none of this lesson's records"
+        parts.append(f"{machine} ({said}" + (f"; not measured yet: {', '.join(missing)})" if missing else ")"))
+    return "GPU machines in data/reference/: " + "; ".join(parts)
+
+
 def load_reference(directory: str | Path | None = None) -> list[Record]:
     """Records of every machine in ``directory`` (default ``data/reference``).
 
