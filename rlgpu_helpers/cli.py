@@ -62,7 +62,7 @@ from .gpu.distributed import (
     world_from_env,
 )
 from .learn.agents import load_agent, play_episode, save_agent
-from .learn.checkpoint import CheckpointError
+from .learn.checkpoint import CHECKPOINT_NAME, CheckpointError, has_checksum
 from .learn.nets import DivergedError
 from .learn.ppo import PPOConfig
 from .learn.ppo_ddp import (
@@ -203,6 +203,8 @@ def run_train(args: argparse.Namespace) -> int:
         except (TypeError, ValueError) as error:
             raise UsageError(str(error)) from None
     print(describe_device(device))
+    if args.resume and (Path(out) / CHECKPOINT_NAME).is_file():
+        say_if_unchecked(out)
     try:
         result = train(learner, seconds=args.seconds, steps=args.steps, out_dir=out, resume=args.resume,
                        device=str(device) if args.resume else None,
@@ -237,10 +239,16 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def say_if_unchecked(path) -> None:
+    """Print a line when the checkpoint or agent at ``path`` is older than checksums: its damage would go unseen."""
+    if not has_checksum(path):
+        print(f"{path} was saved before checkpoints carried a checksum: it could not be checked for damage")
+
+
 def write_json(path: Path, data) -> Path:
     """Write ``data`` as JSON, atomically: a kill leaves the old file or the new one, never half."""
     text = json.dumps(data, indent=1) + "\n"
-    return atomic_write(path, lambda f: f.write(text.encode()))
+    return atomic_write(path, text.encode())
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
@@ -334,6 +342,7 @@ def run_play(args: argparse.Namespace) -> int:
         agent = load_agent(args.agent, device=args.device if args.device is not None else "cpu")
     except CheckpointError as error:
         raise UsageError(str(error)) from None
+    say_if_unchecked(args.agent)
     if args.seed + args.games > SEED_LIMIT:
         raise UsageError(f"--seed {args.seed} with --games {args.games}: game k plays with seed + k, "
                          "which must stay below 2**64")

@@ -9,7 +9,7 @@ import torch
 
 from rlgpu_helpers.core.files import data_dir
 from rlgpu_helpers.learn.agents import Agent, load_agent, play_episode, save_agent
-from rlgpu_helpers.learn.checkpoint import CheckpointError, save_checkpoint
+from rlgpu_helpers.learn.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rlgpu_helpers.learn.training import make_learner, train
 from rlgpu_helpers.snake import rules
 from rlgpu_helpers.snake.rules import SnakeState
@@ -79,7 +79,7 @@ def test_unknown_files_raise_clear_errors(tmp_path):
         load_agent(path)
     learner = make_learner("ppo", height=5, width=5, num_envs=4, hidden=8)
     agent_path = save_agent(tmp_path / "agent.pt", learner)
-    state = torch.load(agent_path, weights_only=True)
+    state = load_checkpoint(agent_path)
     state["config"]["hidden"] = 32  # weights no longer fit the described network
     save_checkpoint(agent_path, state)
     with pytest.raises(CheckpointError, match=r"model\['actor.0.0.weight'\] has shape \(8, 11\), expected \(32, 11\)"):
@@ -96,7 +96,7 @@ def test_unknown_files_raise_clear_errors(tmp_path):
 def test_a_broken_agent_file_is_a_checkpoint_error_naming_the_field(tmp_path, edit, message):
     learner = make_learner("ppo", height=5, width=5, num_envs=4, hidden=8)
     path = save_agent(tmp_path / "agent.pt", learner)
-    state = torch.load(path, weights_only=True)
+    state = load_checkpoint(path)
     edit(state)
     save_checkpoint(path, state)
     with pytest.raises(CheckpointError, match=message):

@@ -153,3 +153,13 @@ def test_bench_set_also_takes_the_settings_of_a_suite_with_a_config(monkeypatch,
         with pytest.raises(SystemExit) as exit_info:
             main(["bench", "toy", "--device", "cpu", "--set", option])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--json"])
+def test_an_output_path_whose_folder_cannot_be_made_is_refused_before_any_work(flag, capsys, monkeypatch):
+    """/proc takes no new folder: the refusal comes from argparse, before a benchmark runs."""
+    monkeypatch.setitem(SUITES, "ceilings", Suite(lambda device, progress: pytest.fail("the suite ran"), "00"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "ceilings", flag, "/proc/rlgpu-no-such-folder/records.json"])
+    assert exit_info.value.code == 2
+    assert "cannot be written: /proc/rlgpu-no-such-folder cannot hold a file" in capsys.readouterr().err

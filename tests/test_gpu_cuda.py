@@ -150,6 +150,7 @@ def test_every_transfer_variant_runs_on_cuda():
     assert all(r.unit == "GB/s" and r.value > 0 for r in records)
 
 
+@pytest.mark.gpu_alone
 def test_pinned_copies_to_the_gpu_beat_pageable_ones_at_256_mib():
     from rlgpu_helpers.bench.transfers import pinned_claim, transfer_bandwidth
 
@@ -279,6 +280,7 @@ def test_the_precision_suite_on_cuda_measures_bf16_from_width_1024():
 
 # ---------------------------------------------------------------------------- notebook 06
 
+@pytest.mark.gpu_alone
 def test_the_search_finds_the_cards_limit_and_the_peak_counts_what_a_step_allocates():
     from rlgpu_helpers.gpu.memory import find_max_batch_size, peak_memory
 
@@ -292,6 +294,7 @@ def test_the_search_finds_the_cards_limit_and_the_peak_counts_what_a_step_alloca
     assert torch.cuda.memory_allocated() < 2**30  # nothing of the failed tries is kept
 
 
+@pytest.mark.gpu_alone
 def test_the_batch_size_suite_on_cuda_finds_the_limit_within_ten_percent_and_reads_nvml():
     from rlgpu_helpers.bench.batch_size import MAX_NAME, TARGET_RATIO, batch_sweep, max_batch_search
     from rlgpu_helpers.gpu.monitor import NVML_MEANING, UtilizationMonitor

@@ -33,7 +33,7 @@ from rlgpu_helpers.gpu.distributed import (
 from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.learn.checkpoint import load_checkpoint
 from rlgpu_helpers.learn.ppo import PPOConfig
-from rlgpu_helpers.learn.ppo_ddp import DistributedPPO, ddp_proof
+from rlgpu_helpers.learn.ppo_ddp import DistributedPPO, ddp_proof, train_distributed
 from rlgpu_helpers.learn.training import train
 
 TINY = ["--device", "cpu", "--envs", "8", "--set", "num_steps=16", "--no-progress"]
@@ -385,3 +385,18 @@ def test_check_global_mean_std_never_hangs_on_a_rank_that_never_returns(tmp_path
     yours.write_text("import time\n\ndef global_mean_std(x):\n    time.sleep(600)\n")
     verdict = check_global_mean_std(yours, timeout_s=2.0)
     assert verdict.startswith("not yet: a rank was still running after 8 s"), verdict
+
+
+def test_train_distributed_holds_the_run_folder_as_train_does(one_rank_group, tmp_path):
+    """Another run holding the folder: refused on every rank before any work, naming the holder."""
+    from rlgpu_helpers.core.files import exclusive_lock
+    from rlgpu_helpers.learn.training import RUN_LOCK_NAME, RunFolderError
+
+    config = PPOConfig(height=5, width=5, num_envs=8, num_steps=4, hidden=8)
+    out = tmp_path / "run"
+    with exclusive_lock(out / RUN_LOCK_NAME):
+        with pytest.raises(RunFolderError, match=rf"out_dir='{out}' is in use: .* is held by process {os.getpid()}"):
+            train_distributed(config, steps=32, out_dir=out, progress=False)
+    assert not (out / "checkpoint.pt").exists()
+    result = train_distributed(config, steps=32, out_dir=out, progress=False)  # the folder free again
+    assert result.env_steps == 32 and (out / "checkpoint.pt").exists()

@@ -611,3 +611,37 @@ def test_a_compiled_step_compiles_again_for_each_value_of_a_float_it_branches_on
     x = torch.ones(3)
     for k in range(12):
         torch.testing.assert_close(compiled(x, Settings(1.0 + k / 10)), x * (1.0 + k / 10))
+
+
+NO_COMPILER = """
+from rlgpu_helpers.cli import main
+from rlgpu_helpers.learn.dqn import DQN, DQNConfig
+assert main(["train", "--preset", "win", "--device", "cpu", "--size", "6", "--envs", "8", "--steps", "256",
+             "--set", "num_steps=16", "--set", "num_minibatches=2", "--set", "hidden=8", "--out", "RUN"]) == 0
+learner = DQN(DQNConfig(height=6, width=6, num_envs=8, buffer_size=64, learning_starts=16, batch_size=4,
+                        hidden=8, compile=True))
+learner.iterate(0.5)
+print("DQN compile:", learner.config.compile)
+"""
+
+
+def test_without_a_cpp_compiler_the_preset_and_a_compiled_learner_run_eagerly_with_one_line_saying_why(tmp_path):
+    """A laptop with no g++, cc or clang on the PATH: Inductor would raise InvalidCxxCompiler at the first call."""
+    import os
+    import subprocess
+    import sys
+
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    env = {**os.environ, "PATH": str(bare)}
+    code = NO_COMPILER.replace("RUN", str(tmp_path / "run"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    said = [line for line in lines if "runs eagerly" in line]
+    assert said == ["PPO (compile=True) runs eagerly: torch.compile needs a C++ compiler on a CPU "
+                    "(InvalidCxxCompiler): install a C++ compiler (g++ or clang; on macOS `xcode-select --install`, "
+                    "on Windows the Visual Studio Build Tools) and restart",
+                    said[1]] and said[1].startswith("DQN (compile=True) runs eagerly:")
+    assert "DQN compile: False" in lines and not any("compiling" in line for line in lines)
+    assert "InvalidCxxCompiler" not in done.stderr

@@ -54,7 +54,9 @@ def test_the_calls_go_by_issue_34s_order_and_two_fit_a_quarter_hour():
     """The GPU tests and the preset's tuning, the time to win on seed 0, then seeds 1, 2 and a held-out one, the
     launch comparison, the calls that never ran on a GPU, and last those on file for earlier code."""
     names = [[step.name for step in call.steps] for call in sweep.CALLS]
-    assert names[0] == ["GPU tests", "win speed: the launches"]
+    assert names[0] == ["GPU tests", "GPU tests, the GPU alone", "win speed: the launches"]
+    shared, alone = STEPS[0], STEPS[1]
+    assert shared.workers > 1 and "not gpu_alone" in shared.tests and alone.workers == 1
     assert [call[0] for call in names[1:5]] == ["time to win: seed 0", "time to win: seed 1", "time to win: seed 2",
                                                 f"time to win: seed {sweep.HELD_OUT_SEED} (held out)"]
     assert sweep.HELD_OUT_SEED not in (0, 1, 2)
@@ -80,9 +82,13 @@ def test_the_calls_go_by_issue_34s_order_and_two_fit_a_quarter_hour():
 @pytest.mark.parametrize("sigint", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigint default", "sigint ignored"])
 def test_a_test_step_past_its_time_is_interrupted_and_still_prints_its_failures(tmp_path, monkeypatch, sigint):
     """SIGINT before SIGKILL: pytest, interrupted, prints the tracebacks of the failures it has seen, also
-    where the sweep itself runs with SIGINT ignored (a background job of a shell script, as in CI)."""
+    where the sweep itself runs with SIGINT ignored (a background job of a shell script, as in CI); and a test
+    that stalls has its stack printed before then, naming it."""
     previous = signal.signal(signal.SIGINT, sigint)  # what the step's process would inherit
     monkeypatch.setattr(sweep, "INTERRUPT_GRACE_S", 60)  # a step that ends only at SIGKILL would print nothing
+    stall = f"faulthandler_timeout={sweep.TEST_STALL_S}"
+    assert stall in sweep.PYTEST
+    monkeypatch.setattr(sweep, "PYTEST", tuple("faulthandler_timeout=2" if o == stall else o for o in sweep.PYTEST))
     (tmp_path / "test_stub_slow.py").write_text(textwrap.dedent("""
         import time
 
@@ -102,6 +108,7 @@ def test_a_test_step_past_its_time_is_interrupted_and_still_prints_its_failures(
     assert outcome == "timed out" and summary == "killed after 8 s: 0 passed, 1 failed, 0 error so far"
     text = log.read_text()
     assert "KeyboardInterrupt" in text and "the failure a killed step would lose" in text
+    assert re.search(r"Timeout \(0:00:02\)!.*in test_b_sleeps", text, re.S)
 
 
 @pytest.mark.parametrize("argv, message", [

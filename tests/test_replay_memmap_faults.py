@@ -29,7 +29,7 @@ from rlgpu_helpers.replay.memmap import (
 CAPACITY, WIDTH = 256, 2048  # 8 KiB observations: an add of many rows takes long enough to be cut
 
 WRITER = textwrap.dedent(f"""
-    import random, sys, torch
+    import io, random, sys, torch
     from rlgpu_helpers.core.files import atomic_write
     from rlgpu_helpers.replay.memmap import MemmapReplayBuffer
     path, seed, checkpoint_after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -45,7 +45,9 @@ WRITER = textwrap.dedent(f"""
         adds += 1
         if adds == checkpoint_after:
             state = buffer.state_dict()
-            atomic_write(path + ".ckpt", lambda f: torch.save(state, f))
+            saved = io.BytesIO()
+            torch.save(state, saved)
+            atomic_write(path + ".ckpt", saved.getvalue())
             print("saved", flush=True)
 """)
 

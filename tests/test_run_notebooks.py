@@ -70,3 +70,34 @@ def test_a_notebook_run_by_the_tool_stores_the_finished_bar(tmp_path):
     output, = nbformat.read(path, as_version=4).cells[0].outputs
     assert tool.WIDGET_VIEW in output.data
     assert re.fullmatch(r"loop: 100%\|██████████\| 3/3 \[00:00<00:00, .*it/s\]", output.data["text/plain"])
+
+
+FULL_DISK = """
+import importlib.util, resource, sys
+from pathlib import Path
+import nbformat
+from rlgpu_helpers.core.files import DiskFullError
+spec = importlib.util.spec_from_file_location("run_notebooks", sys.argv[1])
+tool = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(tool)
+resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))  # as `ulimit -f 64` does
+cell = nbformat.v4.new_code_cell("print(x)", outputs=[nbformat.v4.new_output("stream", text="x" * 200_000)])
+try:
+    tool.save(nbformat.v4.new_notebook(cells=[cell]), Path(sys.argv[2]))
+except DiskFullError as error:
+    print(error)
+"""
+
+
+def test_a_notebook_that_finds_no_room_is_not_saved_and_the_old_file_stays(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "lesson.ipynb"
+    tool.save(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# the old lesson")]), path)
+    old = path.read_bytes()
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(ROOT / "tools" / "run_notebooks.py"), str(path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"[Errno 27] could not write {path}: no room for its ") and "bytes" in done.stdout
+    assert path.read_bytes() == old and not list(tmp_path.glob("*.tmp"))

@@ -157,10 +157,15 @@ HELD_OUT_SEED = 3
 """A seed no setting of the preset was chosen on (the CPU's were chosen on seeds 0, 1 and 2)."""
 COMPARISON_SIZES = {"budget_s": 60.0, "games": 200}
 """The launch comparison's sizes: one minute of training per setting, then 200 games each way."""
-PYTEST = ("-p", "no:cacheprovider", "-o", "addopts=", "-v", "-rfE", "--continue-on-collection-errors")
+TEST_STALL_S = 240
+"""A test still running after this long has every thread's stack printed (pytest's ``faulthandler_timeout``):
+the longest GPU test, the preset compiled at full size, takes about 100 s."""
+PYTEST = ("-p", "no:cacheprovider", "-o", "addopts=", "-o", f"faulthandler_timeout={TEST_STALL_S}", "-v", "-rfE",
+          "--continue-on-collection-errors")
 """pytest's options in every test step: no cache, no ``--nbval`` (the notebooks are not run here),
-one line per test (what a step cut off had passed), and a module that cannot be collected (its
-tooling missing) reported without stopping the others."""
+one line per test as it ends, under workers too (what a step cut off had passed, and the name of each
+failure), the stack of a test that stalls, and a module that cannot be collected (its tooling missing)
+reported without stopping the others."""
 
 
 def time_to_win(seed: int, more: str = "") -> Step:
@@ -187,9 +192,11 @@ def comparison(name: str, estimate_s: int, **launches) -> Step:
 # run, and last those that have.
 CALLS = (
     Call("the GPU tests; the 'win' preset's tuning: its launch settings", (
-        Step("GPU tests", 265, tests="tests -m gpu"),  # 60 tests; one compiles the preset at full size
+        # 60 tests, one compiling the preset at full size, on 4 workers; then the 3 that need the GPU alone
+        Step("GPU tests", 160, tests="tests -m 'gpu and not gpu_alone'", workers=4),
+        Step("GPU tests, the GPU alone", 40, tests="tests -m 'gpu and gpu_alone'"),
         # the old preset, CUDA graphs, the preset (compiled + CUDA graphs): about 10 s of iterations each
-        Step("win speed: the launches", 100, "win_speed", options={"groups": ("launches",)}),
+        Step("win speed: the launches", 150, "win_speed", options={"groups": ("launches",)}),
     )),
     Call("the time to win on seed 0; the preset's tuning: the shapes of the work", (
         time_to_win(0),
@@ -325,7 +332,7 @@ def read_log(path: Path) -> list[dict]:
 def append_log(path: Path, entry: dict) -> None:
     """Add one step's entry to the sweep log, atomically: a kill leaves the old log or the new one."""
     text = json.dumps(read_log(path) + [entry], indent=1) + "\n"
-    atomic_write(path, lambda f: f.write(text.encode()))
+    atomic_write(path, text.encode())
 
 
 ENDED = ("ok", "failed", "timed out")
@@ -582,7 +589,7 @@ def merge(folders: list[Path], data: Path) -> list[str]:
             entries = read_log(path)
             new = [entry for entry in read_log(source) if entry not in entries]
             text = json.dumps(entries + new, indent=1) + "\n"
-            atomic_write(path, lambda f: f.write(text.encode()))
+            atomic_write(path, text.encode())
             lines.append(f"{len(new)} log entries of {folder} into {path}")
     return lines
 

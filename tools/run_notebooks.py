@@ -27,7 +27,12 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from tqdm.std import Bar
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing: python tools/run_notebooks.py
+
+from rlgpu_helpers.core.files import DiskFullError, atomic_write  # noqa: E402
+
+NOTEBOOKS = ROOT / "notebooks"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -83,7 +88,13 @@ def execute(path: Path, timeout: int) -> None:
                                                          if output.get("name") == "stderr")[-2000:] for index in noisy)
         raise SystemExit(f"{path}: cells {noisy} wrote to stderr; not saved{said}")
     show_final_progress(notebook)
-    nbformat.write(notebook, path)
+    save(notebook, path)
+
+
+def save(notebook, path: Path) -> None:
+    """Write ``notebook`` to ``path`` atomically: a kill or a full disk (:class:`DiskFullError`) keeps the old file."""
+    text = nbformat.writes(notebook)
+    atomic_write(path, (text if text.endswith("\n") else text + "\n").encode())
 
 
 def main() -> None:
@@ -105,6 +116,8 @@ def main() -> None:
             execute(path, args.timeout)
         except CellExecutionError as error:
             sys.exit(f"{path}: a cell raised; not saved\n{error}")
+        except DiskFullError as error:
+            sys.exit(f"{path}: not saved, the file as it was: {error}")
         print(f"Saved {path}")
 
 

@@ -333,7 +333,7 @@ def save_win_curves(path: str | Path, curves: dict[str, list[dict]], report: dic
     """Write time-to-win curves (label -> curve points) with the machine ``report`` and the ``command`` that made them."""
     document = {"format": "rlgpu-win-curves/1", "machine": report, "date": datetime.date.today().isoformat(),
                 "command": command, "curves": curves}
-    return atomic_write(path, lambda f: f.write(json.dumps(document, indent=1).encode()))
+    return atomic_write(path, json.dumps(document, indent=1).encode())
 
 
 def load_win_curves(path: str | Path) -> dict:

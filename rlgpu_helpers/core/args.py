@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
+import tempfile
 from pathlib import Path
 
 from .checks import check_seed
@@ -37,14 +37,20 @@ def positive(kind):
 
 
 def _writable_place(path: Path, text: str) -> None:
-    """ArgumentTypeError unless the folder that would hold ``path`` exists or can be made, writable."""
+    """ArgumentTypeError unless the folder that would hold ``path`` can be made and written in: it is
+    made now (an empty folder, if the command then fails) and a temporary file tried in it."""
     ancestor = path.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {ancestor} is a file, not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: no permission to write in {ancestor}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be written: {path.parent} cannot hold a file "
+                                         f"({error.strerror or error})") from None
 
 
 def output_file(text: str) -> Path:

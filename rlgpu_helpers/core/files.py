@@ -7,7 +7,8 @@ new complete one, never half of one. A kill in the middle of a write (Ctrl-C, a 
 disconnect, a preempted machine) must not leave a truncated file that breaks the next run. So
 the data goes to a temporary file in the same folder, is flushed to disk, and only then renamed
 over the target: a rename within one file system is atomic. A kill during the write leaves at
-most a stray ``*.tmp`` file, which nothing reads.
+most a stray ``*.tmp`` file, which nothing reads. A full disk (or a file-size limit) is one
+:class:`DiskFullError` naming the file and the bytes it needed, and the file there before stays.
 
 :func:`exclusive_lock` keeps two processes from writing one thing at once: two ``bench --save``
 runs merging into one reference file, two ``train`` runs checkpointing into one folder. The lock
@@ -18,12 +19,12 @@ run is stale and is taken over, with a line that says so.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from glob import escape as glob_escape
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 try:
     import fcntl
@@ -35,20 +36,44 @@ DATA_ENV_VAR = "RLGPU_DATA_DIR"
 """Names another folder to use instead of the checkout's ``data/`` (the GPU sweep's dry runs write there)."""
 
 
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
-    """Call ``write(file)`` on a temporary file, fsync it, then rename it to ``path``."""
+FULL = (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC))
+"""The errors of a write that found no room: a full disk, a file-size limit (``ulimit -f``), a quota."""
+
+
+class DiskFullError(OSError):
+    """A write that found no room, with the file (or folder) and the bytes it needed."""
+
+    def __init__(self, path: str | Path, needed: int, error: OSError):
+        super().__init__(error.errno, f"could not write {path}: no room for its {needed:,} bytes "
+                                      f"({error.strerror or error}): free some disk space, or raise the "
+                                      "file-size limit (ulimit -f), and try again")
+        self.path, self.needed = Path(path), needed
+
+
+def is_full(error: BaseException) -> bool:
+    """Whether ``error`` says a write found no room (:data:`FULL`)."""
+    return isinstance(error, OSError) and error.errno in FULL
+
+
+def atomic_write(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, then rename it to ``path``.
+
+    No room for it (:func:`is_full`) is a :class:`DiskFullError`; ``path`` is then as it was.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give the usual mode
         with os.fdopen(fd, "wb") as f:
-            write(f)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        if is_full(error):
+            raise DiskFullError(path, len(data), error) from None
         raise
     _fsync_folder(path.parent)
     return path

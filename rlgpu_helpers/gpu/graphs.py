@@ -130,6 +130,54 @@ def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: 
     return Compiled(compiled, seconds, mode, fullgraph, tuple(skipped) if mode == "reduce-overhead" else ())
 
 
+COMPILER_HELP = {
+    "cpu": "install a C++ compiler (g++ or clang; on macOS `xcode-select --install`, on Windows the Visual "
+           "Studio Build Tools) and restart",
+    "cuda": "install Triton (`pip install triton`, a wheel that matches this torch) and restart",
+}
+"""How to get what ``torch.compile`` needs, by device type."""
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_missing(device_type: str) -> str | None:
+    """Why ``torch.compile`` cannot make code for a device of ``device_type`` here, or None if it can.
+
+    Inductor writes C++ for a CPU, which needs a working C++ compiler, and Triton kernels for a GPU,
+    which need Triton. Without them, a compile fails at its first call with a long traceback.
+    """
+    if device_type == "cuda":
+        from torch.utils._triton import has_triton
+
+        return None if has_triton() else f"torch.compile needs Triton on a GPU, and it is missing: {COMPILER_HELP['cuda']}"
+    if device_type != "cpu":
+        return None  # other devices: torch's own message, when it comes
+    from torch._inductor import cpp_builder
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception as error:  # torch raises its own InvalidCxxCompiler, and others on odd installs
+        return f"torch.compile needs a C++ compiler on a CPU ({type(error).__name__}): {COMPILER_HELP['cpu']}"
+    return None
+
+
+def compile_or_say_why(compile: bool, device: str | torch.device, what: str) -> bool:
+    """``compile``, unless this machine cannot compile for ``device``: then one printed line says why, and how
+    to get the compiler, and ``what`` (a learner, a step) runs eagerly instead."""
+    if not compile:
+        return False
+    why = compiler_missing(torch.device(device).type)
+    if why is None:
+        return True
+    line = f"{what} runs eagerly: {why}"
+    if line not in _SAID:  # once per process: a notebook builds many learners
+        _SAID.add(line)
+        print(line)
+    return False
+
+
+_SAID: set[str] = set()
+
+
 @dataclasses.dataclass(frozen=True)
 class GraphBreaks:
     """What ``torch._dynamo.explain`` found: graphs, breaks, and each break's reason and place."""

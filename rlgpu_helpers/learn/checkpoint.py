@@ -6,6 +6,11 @@ renamed over the old checkpoint. So the file named ``checkpoint.pt`` is always e
 previous complete checkpoint or the new complete one, never half of one; a kill during the
 write leaves at most a stray ``*.tmp`` file, which ``load_checkpoint`` never reads.
 
+Every file it writes (checkpoints and agents alike) begins with a SHA-256 checksum of what
+follows: a file whose bytes changed since (bit rot, a damaged copy) is refused as corrupt, naming
+the file, rather than loaded with different weights. Files saved before checksums still load;
+:func:`has_checksum` tells them apart, and the command line says when it could not check one.
+
 A checkpoint is also refused whole rather than half used: the ``check_*`` helpers below test a
 saved part against what it would be loaded into (entries, shapes, finite values) without
 changing anything, so a learner's ``load_state_dict`` checks everything before it loads anything.
@@ -13,6 +18,8 @@ changing anything, so a learner's ``load_state_dict`` checks everything before i
 
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 from pathlib import Path
 
@@ -28,21 +35,48 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be used, with the path and the reason."""
 
 
+CHECKSUM = b"rlgpu-sha256:"
+"""What a checksummed file begins with: then the 64 hex digits of the SHA-256 of the rest, a newline,
+and ``torch.save``'s bytes."""
+_HEADER = len(CHECKSUM) + 64 + 1
+
+
 def save_checkpoint(path: str | Path, state: dict) -> Path:
-    """Write ``state`` to ``path`` atomically (write a temporary file, fsync, rename)."""
-    return atomic_write(path, lambda f: torch.save(state, f))
+    """Write ``state`` to ``path`` atomically (write a temporary file, fsync, rename), behind its checksum."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    return atomic_write(path, CHECKSUM + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+
+
+def _file(path: str | Path) -> Path:
+    path = Path(path)
+    return path / CHECKPOINT_NAME if path.is_dir() else path
+
+
+def has_checksum(path: str | Path) -> bool:
+    """Whether the file at ``path`` carries a checksum (saved by this version of the package or later)."""
+    with open(_file(path), "rb") as f:
+        return f.read(len(CHECKSUM)) == CHECKSUM
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
-    """Read a checkpoint written by ``save_checkpoint``; ``CheckpointError`` says why not."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / CHECKPOINT_NAME
+    """Read a checkpoint written by ``save_checkpoint``; ``CheckpointError`` says why not.
+
+    A checksummed file whose bytes no longer match their checksum is refused as corrupt.
+    """
+    path = _file(path)
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}")
+    data = path.read_bytes()
+    if data.startswith(CHECKSUM):
+        digest, data = data[len(CHECKSUM):_HEADER - 1], data[_HEADER:]
+        if hashlib.sha256(data).hexdigest().encode() != digest:
+            raise CheckpointError(f"{path} is corrupt: its bytes no longer match the SHA-256 checksum saved "
+                                  "with them (a damaged disk or copy); restore it from a copy, or train again")
     try:
         # Checkpoints hold tensors, numbers, strings and dicts only: the safe loader suffices.
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises several types for unreadable files
         raise CheckpointError(
             f"{path} is not a checkpoint written by this package: torch.load cannot read it with "

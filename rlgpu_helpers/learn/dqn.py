@@ -36,7 +36,7 @@ from torch import nn
 
 from ..core.checks import check_bool, check_choice, check_int, check_number, check_seed
 from ..core.device import get_device
-from ..gpu.graphs import graph_safe_adam, load_optimizer_state, with_launch_settings
+from ..gpu.graphs import compile_or_say_why, graph_safe_adam, load_optimizer_state, with_launch_settings
 from ..replay import KINDS, make_buffer
 from ..replay.prioritized import PrioritizedReplayBuffer
 from ..snake import rules
@@ -132,8 +132,10 @@ class DQN:
     algorithm = "dqn"
 
     def __init__(self, config: DQNConfig):
+        self.device = get_device(config.device, param="device")
+        if config.compile and not compile_or_say_why(True, self.device, "DQN (compile=True)"):
+            config = dataclasses.replace(config, compile=False)
         self.config = c = config
-        self.device = get_device(c.device, param="device")
         torch.manual_seed(c.seed)
         self.env = VecSnake(c.num_envs, c.height, c.width, obs_type=c.obs_type, device=self.device,
                             seed=c.seed, check_action_values=False)

@@ -68,6 +68,7 @@ from ..core.device import available_memory, check_fits, get_device, synchronize
 from ..gpu.accumulate import accumulate_gradients, accumulated_step
 from ..gpu.graphs import (
     CapturedStep,
+    compile_or_say_why,
     graph_safe_adam,
     load_optimizer_state,
     set_learning_rate,
@@ -267,8 +268,10 @@ class PPO:
     algorithm = "ppo"
 
     def __init__(self, config: PPOConfig):
+        self.device = get_device(config.device, param="device")
+        if config.compile and not compile_or_say_why(True, self.device, "PPO (compile=True)"):
+            config = dataclasses.replace(config, compile=False)
         self.config = c = config
-        self.device = get_device(c.device, param="device")
         check_fits("num_envs", c.num_envs, rollout_bytes(c), available_memory(self.device),
                    f"{self.device} memory for the rollout storage ({c.num_steps} steps of every game)")
         torch.manual_seed(c.seed)

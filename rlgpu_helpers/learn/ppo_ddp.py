@@ -52,11 +52,13 @@ from ..snake import rules
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from .ppo import PPO, PPOConfig, ppo_with_rollout
 from .training import (
+    RunFolderError,
     ScoreCurve,
     TrainingResult,
     _check_budget,
     check_checkpoint,
     for_device,
+    hold_run_folder,
     run_iterations,
 )
 
@@ -91,7 +93,7 @@ class DistributedPPO(PPO):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         check_seed("seed + rank", config.seed + self.rank)
         super().__init__(dataclasses.replace(config, seed=config.seed + self.rank))  # this rank's games and RNG
-        self.config = config
+        self.config = dataclasses.replace(config, compile=self.config.compile)  # eager where nothing compiles
         if dtype is not None:
             self.model.to(dtype)
         ids = [self.device.index if self.device.index is not None else torch.cuda.current_device()] \
@@ -161,12 +163,31 @@ def train_distributed(config: PPOConfig | None = None, *, seconds: float | None 
     alike and stops after the same iteration. Only rank 0 shows a progress bar, keeps the
     learning curve (of its own games: every rank plays the same policy) and writes checkpoints.
     ``resume=True`` continues the checkpoint in ``out_dir`` (from any number of ranks) on ``device``.
+    Rank 0 holds the run folder as ``train`` does (``training.hold_run_folder``); if it cannot, every
+    rank raises the same ``RunFolderError``, before any work.
     """
     _check_budget(seconds, steps)
     check_bool("resume", resume)
     check_number("checkpoint_every_s", checkpoint_every_s, above=0)
     if resume == (config is not None):
         raise ValueError("give a config for a new run, or resume=True (and no config) to continue the one in out_dir")
+    with contextlib.ExitStack() as stack:
+        refusal = [None]
+        if out_dir is not None and dist.get_rank() == 0:
+            try:
+                hold_run_folder(stack, out_dir)
+            except RunFolderError as error:
+                refusal = [str(error)]
+        dist.broadcast_object_list(refusal, 0)  # every rank learns rank 0's answer: none waits alone
+        if refusal[0] is not None:
+            raise RunFolderError(refusal[0])
+        return _train_distributed(config, seconds=seconds, steps=steps, out_dir=out_dir, resume=resume,
+                                  device=device, checkpoint_every_s=checkpoint_every_s, progress=progress)
+
+
+def _train_distributed(config, *, seconds, steps, out_dir, resume, device, checkpoint_every_s,
+                       progress) -> TrainingResult:
+    """:func:`train_distributed` once its arguments are checked and rank 0 holds the run folder."""
     path = Path(out_dir) / CHECKPOINT_NAME if out_dir is not None else None
     if resume:
         if path is None:

@@ -130,7 +130,7 @@ def _read(path: Path) -> tuple[dict, list[dict]]:
 def _write(path: Path, report: dict, entries: list[dict]) -> None:
     """Write a benchmark file atomically, so an interrupted run never leaves half a file."""
     text = json.dumps({"format": FORMAT, "machine": report, "records": entries}, indent=1) + "\n"
-    atomic_write(path, lambda f: f.write(text.encode()))
+    atomic_write(path, text.encode())
 
 
 def _entry(record: Record, command: str) -> dict:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -65,7 +66,7 @@ import torch
 
 from ..core.checks import check_int, check_ints
 from ..core.device import get_device
-from ..core.files import LockHeld, atomic_write, exclusive_lock
+from ..core.files import DiskFullError, LockHeld, atomic_write, exclusive_lock, is_full
 from .base import DTYPES, FIELDS
 from .tensor import TensorReplayBuffer
 
@@ -165,15 +166,20 @@ class MemmapReplayBuffer(TensorReplayBuffer):
 
     def _allocate(self, name: str) -> torch.Tensor:
         shape = (self.capacity, *self.field_shape(name))
-        self._maps[name] = np.memmap(self.path / f"{name}.bin", dtype=_numpy_dtype(name), mode=self._mode,
-                                     shape=shape)
+        file = self.path / f"{name}.bin"
+        try:
+            self._maps[name] = np.memmap(file, dtype=_numpy_dtype(name), mode=self._mode, shape=shape)
+        except OSError as error:
+            if is_full(error):  # a file-size limit (ulimit -f) refuses the sparse file's size itself
+                raise DiskFullError(file, math.prod(shape) * _numpy_dtype(name).itemsize, error) from None
+            raise
         return torch.from_numpy(self._maps[name])
 
     def _write_header(self) -> None:
         """The last file of a new buffer: until it exists, the folder is an unfinished creation."""
         header = {"format": FORMAT, "id": self.id, "capacity": self.capacity, "obs_shape": list(self.obs_shape),
                   "dtypes": {name: _numpy_dtype(name).name for name in FIELDS}}
-        atomic_write(self.path / HEADER, lambda f: f.write(json.dumps(header, indent=1).encode()))
+        atomic_write(self.path / HEADER, json.dumps(header, indent=1).encode())
 
     def _recover(self) -> None:
         """Take the count from ``count.bin``, finishing an add a kill interrupted after its journal."""

@@ -114,7 +114,7 @@ def save_animation(states, path, height: int, width: int, cell_px: int = 16, fps
         raise ValueError(f"path={str(path)!r} must end in .gif")
     check_number("fps", fps, above=0)
     data = gif_bytes(states, height, width, cell_px, 1000 / fps)
-    return atomic_write(path, lambda f: f.write(data))
+    return atomic_write(path, data)
 
 
 def png_bytes(image: np.ndarray) -> bytes:
