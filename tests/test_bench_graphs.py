@@ -2,6 +2,7 @@
 there and why, and LeanRL's claims judged only against GPU records."""
 
 import pytest
+from hidden_compiler import run_without_a_compiler
 
 from rlgpu_helpers.bench import graphs as graphs_suite
 from rlgpu_helpers.bench.graphs import (
@@ -108,3 +109,28 @@ def test_a_compile_without_its_cuda_graphs_is_not_timed_as_graphed(monkeypatch, 
     records = step_records("cpu", parts=("env",), num_envs=(16,), progress=False)
     assert {r.variant for r in records} == {EAGER}
     assert f"env at N=16: Inductor skipped the CUDA graphs of reduce-overhead ({reason})" in capsys.readouterr().out
+
+
+SUITE_WITHOUT_A_COMPILER = """
+from rlgpu_helpers.bench.graphs import COMPILED, part_call, step_records
+for _ in range(2):  # the line is said once per process
+    records = step_records("cpu", parts=("env", "iteration"), num_envs=(8,), progress=False)
+    print("records:", sorted({(r.name, r.params["part"], r.variant) for r in records}))
+try:
+    part_call("env", COMPILED, 8, "cpu")
+except RuntimeError as error:
+    print("part_call:", type(error).__name__, error)
+"""
+
+
+def test_without_a_cpp_compiler_the_suite_keeps_its_eager_records_and_leaves_the_compiled_ones_out(tmp_path):
+    """No compiled record (a compiled learner would run eagerly under compile's name), one line saying why,
+    and part_call refuses a compiled mode with the same why."""
+    done = run_without_a_compiler(SUITE_WITHOUT_A_COMPILER, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    why = ("torch.compile needs a C++ compiler on a CPU (InvalidCxxCompiler): install a C++ compiler (g++ or clang; "
+           "on macOS `xcode-select --install`, on Windows the Visual Studio Build Tools) and restart")
+    eager = "records: [('graphs_step', 'env', 'eager'), ('graphs_step', 'iteration', 'eager')]"
+    assert lines == [f"graphs, the modes that compile: not measured here: {why}", eager, eager, f"part_call: CompilerMissingError {why}"]
+    assert "InvalidCxxCompiler" not in done.stderr and "Traceback" not in done.stderr

@@ -8,6 +8,7 @@ import io
 import pytest
 import torch
 from chatter import stderr_of_the_code
+from hidden_compiler import run_without_a_compiler
 
 from rlgpu_helpers.gpu.graphs import (
     CapturedStep,
@@ -645,3 +646,56 @@ def test_without_a_cpp_compiler_the_preset_and_a_compiled_learner_run_eagerly_wi
                     said[1]] and said[1].startswith("DQN (compile=True) runs eagerly:")
     assert "DQN compile: False" in lines and not any("compiling" in line for line in lines)
     assert "InvalidCxxCompiler" not in done.stderr
+
+
+CPP_HELP = ("torch.compile needs a C++ compiler on a CPU (InvalidCxxCompiler): install a C++ compiler (g++ or clang; "
+            "on macOS `xcode-select --install`, on Windows the Visual Studio Build Tools) and restart")
+
+COMPILE_HELPERS_WITHOUT_A_COMPILER = """
+import torch
+from rlgpu_helpers.gpu.graphs import check_break_free, compile_step, with_launch_settings
+try:
+    compile_step(lambda x: x + 1, torch.ones(3), device="cpu")
+except RuntimeError as error:
+    print("raised:", type(error).__name__)
+    print("error:", error)
+print(check_break_free(lambda x: x * 2, [torch.ones(2)], [torch.full((2,), 2.0)]))
+step = with_launch_settings(lambda x: x + 1, "cpu", compile=True, cuda_graphs=False)
+print("the step, eagerly:", step(torch.ones(1)).item(), step(torch.ones(1)).item())
+"""
+
+
+def test_without_a_cpp_compiler_compile_step_raises_one_clear_error_and_the_other_helpers_run_eagerly(tmp_path):
+    """compile_step raises CompilerMissingError (a RuntimeError) with why and how, before Inductor's traceback;
+    the exercise checker checks eagerly and says the compiled check was not measured; with_launch_settings
+    runs its step eagerly with one line."""
+    done = run_without_a_compiler(COMPILE_HELPERS_WITHOUT_A_COMPILER, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["raised: CompilerMissingError", f"error: {CPP_HELP}"]
+    assert "eager results as expected: True" in lines
+    assert f"compiled (fullgraph=True): not measured here: {CPP_HELP}" in lines
+    assert "done: one graph, the expected results eagerly" in lines
+    assert [line for line in lines if "runs eagerly" in line] == [f"<lambda> (compile=True) runs eagerly: {CPP_HELP}"]
+    assert lines[-1] == "the step, eagerly: 2.0 2.0"
+    assert "InvalidCxxCompiler" not in done.stderr and "Traceback" not in done.stderr
+
+
+FASTEST_WITHOUT_A_COMPILER = """
+from rlgpu_helpers.learn.tune import fastest_settings
+chosen = fastest_settings("cpu", iterations=1, num_envs=8, num_steps=4, hidden=8, height=6, width=6,
+                          num_minibatches=1, update_epochs=1)
+print("measured:", sorted(chosen.seconds), "compile:", chosen.compile)
+"""
+
+
+def test_without_a_cpp_compiler_fastest_settings_does_not_try_compile_and_says_why(tmp_path):
+    """Only eager is timed on a CPU without a compiler (a compiled learner would run eagerly, under compile's
+    name), the choice is eager, and one reason says compile was not measured here, and why."""
+    done = run_without_a_compiler(FASTEST_WITHOUT_A_COMPILER, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "measured: ['eager'] compile: False"
+    assert f"  - compiled: not measured here: {CPP_HELP}" in lines
+    assert lines[-2] == "  - chosen: eager, nothing was faster beyond the noise"
+    assert not any("runs eagerly" in line for line in lines)

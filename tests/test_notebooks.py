@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from hidden_compiler import run_without_a_compiler
 
 nbformat = pytest.importorskip("nbformat", reason="the notebook checks read the notebooks with nbformat (dev extras)")
 
@@ -196,3 +197,38 @@ def test_notebook_12s_lines_stay_within_100_characters():
     long = [(index, line) for index, cell in enumerate(cells) if index != 1
             for line in cell.source.splitlines() if len(line) > 100]
     assert not long, long
+
+
+NOTEBOOK_WITHOUT_A_COMPILER = """
+import nbformat
+from nbclient import NotebookClient
+notebook = nbformat.read(NOTEBOOK, as_version=4)
+NotebookClient(notebook, timeout=300, record_timing=False, resources={"metadata": {"path": HERE}}).execute()
+nbformat.write(notebook, OUT)  # the executed copy, for the test to read; the notebook itself is never saved
+"""
+
+
+def test_notebook_09_runs_without_a_cpp_compiler_and_its_compiled_cells_say_not_measured_here(tmp_path):
+    """Quick mode, a kernel whose PATH holds no compiler: no cell raises or writes to stderr, and each cell
+    that compiles (torch.compile, compile_step, the suite's compiled modes) says why it measured nothing."""
+    pytest.importorskip("nbclient", reason="runs the notebook with nbclient (dev extras)")
+    path = next(path for path in NOTEBOOKS if path.name.startswith("09_"))
+    out = tmp_path / "executed.ipynb"
+    code = (NOTEBOOK_WITHOUT_A_COMPILER.replace("NOTEBOOK", repr(str(path))).replace("HERE", repr(str(tmp_path)))
+            .replace("OUT", repr(str(out))))
+    done = run_without_a_compiler(f"import os; os.environ['RLGPU_QUICK'] = '1'\n{code}", tmp_path, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    cells = [cell for cell in nbformat.read(out, as_version=4).cells if cell.cell_type == "code"]
+    stderr = {index: "".join(output.get("text", "") for output in cell.outputs if output.get("name") == "stderr")
+              for index, cell in enumerate(cells)}
+    assert not any(stderr.values()), {index: text[-1000:] for index, text in stderr.items() if text}
+
+    def printed(cell) -> str:
+        return "".join(output.get("text", "") for output in cell.outputs if output.get("name") == "stdout")
+
+    compiling = [index for index, cell in enumerate(cells)
+                 if "torch.compile(" in cell.source or "compile_step(" in cell.source or "step_records(" in cell.source]
+    assert len(compiling) == 4
+    for index in compiling:
+        assert "not measured here: torch.compile needs a C++ compiler on a CPU" in printed(cells[index]), index
+    assert "compiled: not measured here:" in printed(next(cell for cell in cells if "fastest_settings(" in cell.source))

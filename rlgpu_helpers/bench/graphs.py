@@ -20,6 +20,8 @@
   ``cuda_graphs=True``, and ``compile=True`` too). On a CPU the CUDA-graph modes are skipped
   (:data:`SKIPPED_ON_CPU`). Where Inductor compiles ``reduce-overhead`` without its CUDA graphs
   (a part that mutates its inputs), that part is not timed as graphed: the reason is printed.
+  Without a compiler (no C++ compiler on a CPU, no Triton on a GPU), the modes that compile
+  (:func:`compiles`) are left out, and one printed line says why.
 * ``"graphs_compile"``: seconds of each part's first compiled call (the compile) or capture.
 
 :func:`launch_share_table` reads the step records against the launch floor (operators x the
@@ -39,7 +41,7 @@ from tqdm.auto import tqdm
 from ..core.checks import check_choices, check_ints
 from ..core.config import pick
 from ..core.device import get_device, machine_of, synchronize
-from ..gpu.graphs import CapturedStep, compile_step
+from ..gpu.graphs import CapturedStep, CompilerMissingError, can_measure_compiled, compile_step, compiler_missing
 from ..gpu.launches import count_launches
 from ..learn.ppo import PPO, PPOConfig
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
@@ -105,6 +107,11 @@ def _learner(num_envs: int, device: torch.device, **settings) -> PPO:
                          hidden=HIDDEN, device=str(device), **settings))
 
 
+def compiles(part: str, mode: str) -> bool:
+    """Whether ``part`` in ``mode`` runs through ``torch.compile`` (the iteration's CUDA graph mode compiles too)."""
+    return mode in (COMPILED, REDUCE) or (part == "iteration" and mode == CAPTURED)
+
+
 class CudaGraphsSkipped(RuntimeError):
     """``reduce-overhead`` compiled without its CUDA graphs: timing it would time the compiled mode under its name."""
 
@@ -113,14 +120,18 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
     """``(call, setup_seconds)``: one call of ``part`` in ``mode`` at N games, compiled or captured already.
 
     ``setup_seconds`` is the compile (first compiled call) or the capture (warm-up and capture
-    calls), None in eager mode. Raises ValueError for a CUDA-graph mode on a CPU, and
+    calls), None in eager mode. Raises ValueError for a CUDA-graph mode on a CPU,
     :class:`CudaGraphsSkipped` when Inductor compiled ``reduce-overhead`` without CUDA graphs
-    (it does so for a function that mutates its inputs, such as the env step).
+    (it does so for a function that mutates its inputs, such as the env step), and
+    ``CompilerMissingError`` for a mode that compiles where no compiler is (a learner would run eagerly).
     """
     (part,), (mode,) = check_choices("part", (part,), PARTS), check_choices("mode", (mode,), MODES)
     device = get_device(device, param="device")
     if mode in (REDUCE, CAPTURED) and device.type != "cuda":
         raise ValueError(f"mode={mode!r} on device={str(device)!r}: {SKIPPED_ON_CPU[mode]}")
+    why = compiler_missing(device.type) if compiles(part, mode) else None
+    if why is not None:
+        raise CompilerMissingError(why)
     if part == "iteration":
         settings = {EAGER: {}, COMPILED: {"compile": True}, REDUCE: None, CAPTURED: {"compile": True,
                                                                                      "cuda_graphs": True}}[mode]
@@ -168,13 +179,17 @@ def _setup(fn, args, mode, device, warmups):
 
 def step_records(device: str | torch.device | None = None, *, parts=None, modes=MODES, num_envs=None,
                  progress: bool = True) -> list[Record]:
-    """Time per call of each part, mode and N (see the module docstring); CUDA-graph modes only on CUDA."""
+    """Time per call of each part, mode and N (see the module docstring); CUDA-graph modes only on CUDA,
+    and the modes that compile only where a compiler is (else one printed line says why)."""
     device = get_device(device, param="device")
     parts = check_choices("parts", default_parts() if parts is None else parts, PARTS)
     modes = [m for m in check_choices("modes", modes, MODES) if device.type == "cuda" or m not in SKIPPED_ON_CPU]
     jobs = [(part, mode, n) for part in parts
             for n in (default_num_envs(part, device) if num_envs is None else check_ints("num_envs", num_envs))
             for mode in modes if not (part == "iteration" and mode == REDUCE)]
+    compiling = [job for job in jobs if compiles(*job[:2])]
+    if compiling and not can_measure_compiled(device, "graphs, the modes that compile"):
+        jobs = [job for job in jobs if job not in compiling]
     label, records = machine_of(device), []
     for part, mode, n in tqdm(jobs, desc="graphs", disable=not progress):
         try:

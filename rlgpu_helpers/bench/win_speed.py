@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from ..core.checks import check_choices, check_int, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of, synchronize
+from ..gpu.graphs import can_measure_compiled
 from ..learn.ppo import PPO, PPOConfig
 from ..learn.profile import device_timeline
 from ..learn.tune import win_settings
@@ -162,7 +163,8 @@ def measure_win_speed(device, progress: bool = True, *, groups=GROUPS, seconds: 
     Full size: the preset on the 10x10 board, about 10 s of iterations per configuration. Quick:
     a small preset on 6x6 for a fraction of a second, to check that it runs. ``overrides``:
     ``PPOConfig`` settings applied to every configuration before its own changes. ``save``: called
-    with each configuration's records as soon as they are measured.
+    with each configuration's records as soon as they are measured. Without a compiler for the device,
+    the configurations that compile are left out, and one printed line says why.
     """
     device = get_device(device, param="device")
     seconds = check_number("seconds", pick(full=10.0, quick=0.2) if seconds is None else seconds, above=0)
@@ -175,6 +177,9 @@ def measure_win_speed(device, progress: bool = True, *, groups=GROUPS, seconds: 
         configs = {name: configs[name] for name in check_choices("names", names, tuple(configs))}
     machine, records = machine_of(device), []
     for name, changes in tqdm(configs.items(), desc="configurations", disable=not progress):
+        compiled = {**base, **changes}.get("compile", False)
+        if compiled and not can_measure_compiled(device, "win speed, the compiled configurations"):
+            continue  # a learner would run it eagerly, under a compiled configuration's name
         learner = PPO(PPOConfig(**{**base, **changes, "device": str(device)}))
         setup = learner.warm_up()
         if not setup:  # eager: one iteration pays the first calls' costs (cuBLAS, the allocator)

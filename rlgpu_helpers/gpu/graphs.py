@@ -8,7 +8,10 @@ operators, each paying a fixed cost, and almost no arithmetic. Two tools cut tha
   first call, which is the compile itself (seconds). :func:`graph_breaks` shows where tracing
   stops (a host read, a call it cannot trace): each break splits the function into graphs with
   Python in between. ``mode="reduce-overhead"`` also replays the compiled kernels as a CUDA
-  graph; on a CPU there are no CUDA graphs and it is the default mode.
+  graph; on a CPU there are no CUDA graphs and it is the default mode. Without a C++ compiler (CPU)
+  or Triton (GPU) nothing compiles: :func:`compiler_missing` says why and how to get it, and the
+  learners run eagerly (:func:`compile_or_say_why`) and measurements leave compiled code out
+  (:func:`can_measure_compiled`), each with one printed line.
 * A CUDA graph records every kernel of one call once and replays them all with one launch.
   :class:`CapturedStep` captures by hand, as the PyTorch CUDA notes say: warm-up calls on a side
   stream, then the capture; later calls copy their inputs into the *static* inputs and replay.
@@ -38,6 +41,8 @@ from collections.abc import Callable
 
 import torch
 from torch._dynamo.utils import counters
+from torch._inductor import cpp_builder
+from torch.utils._triton import has_triton
 
 from ..core.checks import check_bool, check_choice, check_int, check_number
 from ..core.device import get_device, synchronize
@@ -114,12 +119,16 @@ def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: 
     dtypes and devices run the compiled code. ``fullgraph=True`` makes any graph break an error
     instead of a silent split. The example call is real work: it runs ``fn`` once. Under
     ``reduce-overhead``, ``cuda_graphs_skipped`` says whether the CUDA graphs really came.
+    Without a compiler for ``device`` (:func:`compiler_missing`): :class:`CompilerMissingError`.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
     mode = check_choice("mode", mode, COMPILE_MODES)
     check_bool("fullgraph", fullgraph)
     device = get_device(device)
+    why = compiler_missing(device.type)
+    if why is not None:
+        raise CompilerMissingError(why)
     compiled = torch.compile(fn, mode=None if mode == "default" else mode, fullgraph=fullgraph)
     synchronize(device)
     start = time.perf_counter()
@@ -128,6 +137,11 @@ def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: 
         synchronize(device)
     seconds = time.perf_counter() - start
     return Compiled(compiled, seconds, mode, fullgraph, tuple(skipped) if mode == "reduce-overhead" else ())
+
+
+class CompilerMissingError(RuntimeError):
+    """``torch.compile`` cannot make code for this device here (no C++ compiler for a CPU, no Triton for a
+    GPU): said before compiling, with how to get the compiler, instead of Inductor's long traceback."""
 
 
 COMPILER_HELP = {
@@ -146,13 +160,9 @@ def compiler_missing(device_type: str) -> str | None:
     which need Triton. Without them, a compile fails at its first call with a long traceback.
     """
     if device_type == "cuda":
-        from torch.utils._triton import has_triton
-
         return None if has_triton() else f"torch.compile needs Triton on a GPU, and it is missing: {COMPILER_HELP['cuda']}"
     if device_type != "cpu":
         return None  # other devices: torch's own message, when it comes
-    from torch._inductor import cpp_builder
-
     try:
         cpp_builder.get_cpp_compiler()
     except Exception as error:  # torch raises its own InvalidCxxCompiler, and others on odd installs
@@ -168,11 +178,25 @@ def compile_or_say_why(compile: bool, device: str | torch.device, what: str) -> 
     why = compiler_missing(torch.device(device).type)
     if why is None:
         return True
-    line = f"{what} runs eagerly: {why}"
-    if line not in _SAID:  # once per process: a notebook builds many learners
+    say_once(f"{what} runs eagerly: {why}")
+    return False
+
+
+def can_measure_compiled(device: str | torch.device, what: str) -> bool:
+    """Whether compiled code can be measured on ``device`` here. If not, one printed line says
+    ``"<what>: not measured here: <why>"`` (once per process), and the caller leaves that
+    measurement out: a compiled mode timed eagerly would be eager under another name."""
+    why = compiler_missing(torch.device(device).type)
+    if why is not None:
+        say_once(f"{what}: not measured here: {why}")
+    return why is None
+
+
+def say_once(line: str) -> None:
+    """Print ``line`` unless this process printed it already: a notebook builds many learners, a sweep many parts."""
+    if line not in _SAID:
         _SAID.add(line)
         print(line)
-    return False
 
 
 _SAID: set[str] = set()
@@ -227,8 +251,9 @@ def check_break_free(fn: Callable, inputs, expected) -> str:
     ``inputs`` is a list of arguments (one tensor each call), ``expected`` the outputs ``fn``
     must return for them. The verdict counts ``fn``'s graph breaks on the first input
     (:func:`graph_breaks`) and names the source line of each, then compares ``fn`` eager, and
-    compiled with ``fullgraph=True`` once it has none, against ``expected``. It returns text, never
-    raises for a wrong answer, so a notebook runs on with the exercise not done.
+    compiled with ``fullgraph=True`` once it has none, against ``expected`` (without a compiler here,
+    eager only, and the verdict says so). It returns text, never raises for a wrong answer, so a
+    notebook runs on with the exercise not done.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
@@ -248,6 +273,12 @@ def check_break_free(fn: Callable, inputs, expected) -> str:
                f"eager results as expected: {eager_ok}"]
     if explained.break_reasons:
         verdict.append("not yet: rewrite each line above so that no value comes back to Python (torch.where)")
+        return "\n".join(verdict)
+    why = compiler_missing(inputs[0].device.type if isinstance(inputs[0], torch.Tensor) else "cpu")
+    if why is not None:
+        verdict.append(f"compiled (fullgraph=True): not measured here: {why}")
+        verdict.append("done: one graph, the expected results eagerly" if eager_ok else
+                       "not yet: no break, but the results differ from the expected ones")
         return "\n".join(verdict)
     compiled = torch.compile(fn, fullgraph=True)
     compiled_ok = all(torch.allclose(compiled(x), want) for x, want in zip(inputs, expected))
@@ -355,9 +386,10 @@ def with_launch_settings(fn: Callable, device: str | torch.device, *, compile: b
     value (notebook 12's preset after a default PPO), which torch 2.6 cannot trace in a branch
     (``if reward_scale != 1.0``). So that the learners of one notebook or test run can each have
     their own version, a step keeps up to :data:`COMPILED_VERSIONS` of them (torch's default, 8, is
-    reached within one notebook, and then a full-graph compile raises).
+    reached within one notebook, and then a full-graph compile raises). Without a compiler for
+    ``device`` (:func:`compile_or_say_why`), ``fn`` runs eagerly and one printed line says why.
     """
-    if compile:
+    if compile and compile_or_say_why(True, device, f"{getattr(fn, '__qualname__', 'a step')} (compile=True)"):
         compiled = torch.compile(fn, fullgraph=fullgraph)
 
         @functools.wraps(fn)

@@ -25,6 +25,7 @@ from ..core.args import check_settings
 from ..core.checks import check_choice, check_int, check_ints, check_number
 from ..core.config import pick
 from ..core.device import get_device
+from ..gpu.graphs import compiler_missing
 from ..gpu.memory import try_to_fit
 from ..gpu.precision import PrecisionPolicy, choose_policy, device_traits
 from ..measure.table import format_number
@@ -146,13 +147,17 @@ def fastest_settings(device: str | torch.device | None = None, *, iterations: in
     compile or capture happens there: their time beyond two ordinary iterations is its
     ``startup``), then times ``iterations`` more. ``settings``: names from :data:`SETTINGS`
     (default: every one the device can run). ``budget_s``: choose for a run this long
-    (:func:`choose_settings`).
+    (:func:`choose_settings`). Without a compiler for the device (:func:`compiler_missing`), the
+    settings that compile are not tried (a learner would run them eagerly), and a reason says why.
     """
     device = get_device(device, param="device")
     iterations = check_int("iterations", iterations)
     if settings is None:
         settings = [name for name, s in SETTINGS.items() if device.type == "cuda" or not s["cuda_graphs"]]
     settings = ["eager", *[name for name in settings if name != "eager"]]
+    cannot_compile = compiler_missing(device.type)
+    not_tried = [name for name in settings if cannot_compile and SETTINGS[name]["compile"]]
+    settings = [name for name in settings if name not in not_tried]
     seconds, startup = {}, {}
     for name in settings:
         check_choice("settings", name, tuple(SETTINGS))
@@ -164,6 +169,9 @@ def fastest_settings(device: str | torch.device | None = None, *, iterations: in
             startup[name] = max(0.0, first.median - 2 * timing.median)
         del learner
     chosen = choose_settings(device.type, seconds, startup, budget_s)
+    if not_tried:  # before the last reason, the choice
+        said = f"{' and '.join(not_tried)}: not measured here: {cannot_compile}"
+        chosen = dataclasses.replace(chosen, reasons=(*chosen.reasons[:-1], said, chosen.reasons[-1]))
     if verbose:
         print(chosen)
     return chosen
