@@ -628,15 +628,7 @@ print("DQN compile:", learner.config.compile)
 
 def test_without_a_cpp_compiler_the_preset_and_a_compiled_learner_run_eagerly_with_one_line_saying_why(tmp_path):
     """A laptop with no g++, cc or clang on the PATH: Inductor would raise InvalidCxxCompiler at the first call."""
-    import os
-    import subprocess
-    import sys
-
-    bare = tmp_path / "bin"
-    bare.mkdir()
-    env = {**os.environ, "PATH": str(bare)}
-    code = NO_COMPILER.replace("RUN", str(tmp_path / "run"))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    done = run_without_a_compiler(NO_COMPILER.replace("RUN", str(tmp_path / "run")), tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     said = [line for line in lines if "runs eagerly" in line]

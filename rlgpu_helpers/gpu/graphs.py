@@ -389,7 +389,7 @@ def with_launch_settings(fn: Callable, device: str | torch.device, *, compile: b
     reached within one notebook, and then a full-graph compile raises). Without a compiler for
     ``device`` (:func:`compile_or_say_why`), ``fn`` runs eagerly and one printed line says why.
     """
-    if compile and compile_or_say_why(True, device, f"{getattr(fn, '__qualname__', 'a step')} (compile=True)"):
+    if compile_or_say_why(compile, device, f"{getattr(fn, '__qualname__', 'a step')} (compile=True)"):
         compiled = torch.compile(fn, fullgraph=fullgraph)
 
         @functools.wraps(fn)
