@@ -17,7 +17,7 @@ def pyproject() -> dict:
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
-        tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on Python 3.10 needs tomli (dev extras)")
+        tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on Python 3.10 needs tomli (a dependency there)")
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
