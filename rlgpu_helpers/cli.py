@@ -37,6 +37,7 @@ from .bench.suites import SUITES
 from .core.args import (
     UsageError,
     device_argument,
+    endpoint_argument,
     output_file,
     output_folder,
     positive,
@@ -64,6 +65,7 @@ from .gpu.distributed import (
 from .learn.agents import load_agent, play_episode, save_agent
 from .learn.checkpoint import CHECKPOINT_NAME, CheckpointError, has_checksum
 from .learn.nets import DivergedError
+from .learn.dqn import DQNConfig
 from .learn.ppo import PPOConfig
 from .learn.ppo_ddp import (
     PROOF_SETTINGS,
@@ -71,8 +73,9 @@ from .learn.ppo_ddp import (
     measure_iterations,
     train_distributed,
 )
-from .learn.training import ALGORITHMS, RunFolderError, make_learner, train
-from .learn.tune import CAPSTONE_OBS, PRESETS, capstone_settings, suggested_settings
+from .learn.settings import DEFAULT_PRESET, ppo_settings, preset_names, preset_settings, settings_dict
+from .learn.training import RunFolderError, make_learner, train
+from .learn.tune import CAPSTONE_OBS, capstone_settings
 from .measure.records import save_json, save_reference
 from .measure.table import records_table
 from .snake import rules
@@ -151,20 +154,57 @@ def _command(args) -> str:
     return "RLGPU_QUICK=1 " + command if is_quick() else command
 
 
-# The learner's settings: a new run takes them from the command line (these defaults), a resumed
-# run from its checkpoint, so --resume refuses them.
-_LEARNER_OPTIONS = {"algo": "ppo", "preset": None, "obs": "features", "size": 10, "envs": None, "seed": 0, "set": []}
+# The learner's settings: a new run takes them from the command line, a resumed run from its
+# checkpoint, so --resume refuses them (data-parallel runs are PPO's: no --algo).
+_PPO_OPTIONS = ("preset", "obs", "size", "envs", "seed", "set")
+_LEARNER_OPTIONS = ("algo", *_PPO_OPTIONS)
+
+
+def _ppo_config(args, device, chosen: dict | None = None, *, where: str = "") -> PPOConfig:
+    """PPO's settings from ``train``'s options: :func:`ppo_settings` of ``--preset`` on ``device``.
+
+    The one way the command line builds them: ``train`` in one process, ``train --nproc N`` (to
+    check them before torchrun starts the ranks) and ``rank train`` (on every rank) all call it,
+    so they cannot disagree. ``chosen``: the settings ``--choose`` measured; ``--envs``, ``--seed``
+    and ``--set`` win over them. A bad setting is a :class:`UsageError` (``where``: its prefix).
+    """
+    changes = {key: value for key, value in (chosen or {}).items() if not (key == "num_envs" and args.envs is not None)}
+    if args.seed is not None:
+        changes["seed"] = args.seed
+    changes.update(typed_settings(PPOConfig, args.set or [], "ppo"))
+    try:
+        return ppo_settings(device, args.preset, obs=args.obs, size=args.size, envs=args.envs, overrides=changes)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"{where}{error}") from None
+
+
+def _chosen_config(args, device) -> PPOConfig:
+    """``train --choose``: :func:`capstone_settings` measured from the command line's config, then applied to it."""
+    config = _ppo_config(args, device)
+    start = settings_dict(config, without=("device", "seed"))
+    chosen = capstone_settings(device, budget_s=args.seconds, start=start).settings
+    return _ppo_config(args, device, {key: value for key, value in chosen.items() if start.get(key) != value})
+
+
+def _dqn_settings(args, device) -> dict:
+    """``train --algo dqn``'s ``DQNConfig`` settings: the options given, then ``--set`` (no presets)."""
+    given = {"obs_type": args.obs, "height": args.size, "width": args.size, "num_envs": args.envs, "seed": args.seed}
+    settings = {key: value for key, value in given.items() if value is not None}
+    settings["device"] = str(device)
+    settings.update(typed_settings(DQNConfig, args.set or [], "dqn"))
+    return settings
 
 
 def run_train(args: argparse.Namespace) -> int:
     """Train, print a summary, and write the learning curve where asked."""
+    parallel = _starts_torchrun(args)
     if args.choose:
-        if args.resume or args.nproc > 1 or args.algo == "dqn":
+        if args.resume or parallel or args.algo == "dqn":
             raise UsageError("--choose chooses a new PPO run's settings in one process: leave out "
-                             + ("--resume" if args.resume else "--nproc" if args.nproc > 1 else "--algo dqn"))
+                             + ("--resume" if args.resume else "--nproc" if parallel else "--algo dqn"))
         if args.seconds is None and args.steps is not None:
             raise UsageError("--choose chooses for a time budget: give --seconds, not only --steps")
-    if args.nproc > 1:
+    if parallel:
         return _run_data_parallel(args)
     if args.seconds is None and args.steps is None:
         args.seconds = 300.0
@@ -177,31 +217,24 @@ def run_train(args: argparse.Namespace) -> int:
                              f"leave out {', '.join(given)} (--device moves it to another device)")
     if args.preset is not None and args.algo == "dqn":
         raise UsageError(f"--preset {args.preset} is a set of PPO settings: leave out --algo dqn")
-    preset = PRESETS[args.preset](args.device if args.device is not None else get_device()) if args.preset else {}
-    for name, default in _LEARNER_OPTIONS.items():
-        if getattr(args, name) is None:
-            if name == "obs":
-                default = preset.get("obs_type", CAPSTONE_OBS if args.choose else default)
-            setattr(args, name, default)
-    out = args.out
-    if out is None:
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        out = Path("runs") / f"{args.algo}-{args.obs}-{stamp}"
+    algo = args.algo or "ppo"
     device = args.device if args.device is not None else get_device()
     learner = None
     if not args.resume:
-        settings = {**suggested_settings(device), **preset} if args.algo == "ppo" else {}
-        settings.update(obs_type=args.obs, height=args.size, width=args.size)
-        if args.choose:
-            settings = dict(capstone_settings(device, budget_s=args.seconds, start=settings).settings)
-        settings.update(seed=args.seed, device=str(device))
-        if args.envs is not None:
-            settings["num_envs"] = args.envs
-        settings.update(typed_settings(ALGORITHMS[args.algo][0], args.set, args.algo))
+        if args.choose and args.obs is None:  # the capstone's observation, unless the preset names one
+            args.obs = preset_settings(args.preset or DEFAULT_PRESET, device).get("obs_type", CAPSTONE_OBS)
+        if algo == "dqn":
+            settings = _dqn_settings(args, device)
+        else:
+            settings = settings_dict(_chosen_config(args, device) if args.choose else _ppo_config(args, device))
         try:
-            learner = make_learner(args.algo, **settings)
+            learner = make_learner(algo, **settings)
         except (TypeError, ValueError) as error:
             raise UsageError(str(error)) from None
+    out = args.out
+    if out is None:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = Path("runs") / f"{algo}-{learner.config.obs_type}-{stamp}"
     print(describe_device(device))
     if args.resume and (Path(out) / CHECKPOINT_NAME).is_file():
         say_if_unchecked(out)
@@ -251,41 +284,76 @@ def write_json(path: Path, data) -> Path:
     return atomic_write(path, text.encode())
 
 
-def _without_nproc(argv: list[str]) -> list[str]:
-    """``argv`` less its ``--nproc N`` (or ``--nproc=N``)."""
+_LAUNCHER_OPTIONS = ("--nproc", "--nnodes", "--rdzv-endpoint", "--rdzv-id")
+"""``train``'s options that start torchrun: the ranks' own command (``rank train``) leaves them out."""
+
+
+def _rank_arguments(argv: list[str]) -> list[str]:
+    """``argv`` less the :data:`_LAUNCHER_OPTIONS` and their values (``--nproc 2``, ``--nproc=2``, ``--npr 2``)."""
     kept, skip = [], False
     for token in argv:
+        name, sep, _ = token.partition("=")
+        launcher = token.startswith("--") and len(name) > 2 and any(o.startswith(name) for o in _LAUNCHER_OPTIONS)
         if skip:
             skip = False
-        elif token == "--nproc":
-            skip = True
-        elif not token.startswith("--nproc="):
+        elif launcher:
+            skip = not sep
+        else:
             kept.append(token)
     return kept
 
 
+def _starts_torchrun(args: argparse.Namespace) -> bool:
+    """Whether ``train`` starts its ranks with torchrun: ``--nproc`` above 1, or a rendezvous of machines.
+
+    ``--nnodes N`` above 1 needs ``--rdzv-endpoint`` (where the machines meet), and a rendezvous
+    needs ``--nproc`` (the processes of this machine): a :class:`UsageError` names what is missing.
+    """
+    if args.nnodes > 1 and args.rdzv_endpoint is None:
+        raise UsageError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT, where the machines meet: "
+                         "the first machine's address and a free port, the same on every machine")
+    if args.rdzv_id is not None and args.rdzv_endpoint is None:
+        raise UsageError(f"--rdzv-id {args.rdzv_id} names a rendezvous: give --rdzv-endpoint HOST:PORT too")
+    if args.rdzv_endpoint is not None and args.nproc is None:
+        given = f"--nnodes {args.nnodes}" if args.nnodes > 1 else f"--rdzv-endpoint {args.rdzv_endpoint}"
+        raise UsageError(f"{given} needs --nproc, the number of processes to start on this machine (one per GPU)")
+    return (args.nproc or 1) > 1 or args.rdzv_endpoint is not None
+
+
 def _run_data_parallel(args: argparse.Namespace) -> int:
-    """``train --nproc N``: the same training, data-parallel on N processes started by torchrun (notebook 10)."""
+    """``train --nproc N``: the same training, data-parallel on N processes started by torchrun (notebook 10).
+
+    With ``--nnodes M --rdzv-endpoint HOST:PORT``, the same command on each of M machines starts
+    its N processes, and the machines' torchruns meet at HOST:PORT.
+    """
     if args.algo not in (None, "ppo"):
         raise UsageError(f"--nproc {args.nproc}: data-parallel training is PPO only, not --algo {args.algo}")
     if args.agent is not None:
         raise UsageError(f"--nproc {args.nproc} does not write --agent: play the checkpoint in --out instead")
-    if args.preset is not None:
-        raise UsageError(f"--nproc {args.nproc} takes no --preset yet: give its settings with --set")
-    given = [f"--{name}" for name in ("obs", "size", "envs", "set") if getattr(args, name) not in (None, [])]
+    given = [f"--{name}" for name in _PPO_OPTIONS if getattr(args, name) not in (None, [])]
     if args.resume and given:
         raise UsageError(f"--resume continues the run in --out with its own settings; leave out {', '.join(given)}")
     if args.resume and args.out is None:
         raise UsageError("--resume needs --out, the folder of the run to continue")
-    settings = typed_settings(PPOConfig, args.set or [], "ppo")
-    try:  # every rank builds this config: check it here, once, before torchrun starts them
-        check_data_parallel_settings(settings.get("cuda_graphs", False))
-        PPOConfig(**{"obs_type": args.obs or "features", "height": args.size or 10, "width": args.size or 10,
-                     **({"num_envs": args.envs} if args.envs is not None else {}), **settings})
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"--nproc {args.nproc}: {error}") from None
-    command = torchrun_command(args.nproc, _without_nproc(args.argv) + ["--no-progress"] * (not sys.stderr.isatty()))
-    print(f"Starting {args.nproc} processes: {shlex.join(command)}", flush=True)
+    if not args.resume:  # every rank builds this config: check it here, once, before torchrun starts them
+        device = args.device if args.device is not None else get_device()
+        config = _ppo_config(args, device, where=f"--nproc {args.nproc}: ")
+        try:
+            check_data_parallel_settings(config.cuda_graphs)
+        except ValueError as error:
+            preset = args.preset or DEFAULT_PRESET
+            if "cuda_graphs" not in dict(args.set or []) and preset_settings(preset, device).get("cuda_graphs"):
+                error = (f"{error}. The preset {preset!r} sets cuda_graphs=True on {device.type}: "
+                         "add --set cuda_graphs=False")
+            raise UsageError(f"--nproc {args.nproc}: {error}") from None
+    rendezvous = {}
+    if args.rdzv_endpoint is not None:
+        rendezvous = {"nnodes": args.nnodes, "rdzv_endpoint": args.rdzv_endpoint}
+        rendezvous.update({"rdzv_id": args.rdzv_id} if args.rdzv_id is not None else {})
+    command = torchrun_command(args.nproc, _rank_arguments(args.argv) + ["--no-progress"] * (not sys.stderr.isatty()),
+                               **rendezvous)
+    where = f" on this machine, one of {args.nnodes} machines meeting at {args.rdzv_endpoint}" if rendezvous else ""
+    print(f"Starting {args.nproc} process{'es' * (args.nproc > 1)}{where}: {shlex.join(command)}", flush=True)
     return subprocess.call(command)
 
 
@@ -300,10 +368,10 @@ def add_train(subparsers) -> None:
                         help="observation type (default: features, or features_reach with --choose; features_reach "
                              "learns fastest, notebook 11)")
     parser.add_argument("--size", type=positive(int), default=None, help="grid height and width (default: 10)")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                        help="PPO: start from named settings; 'win' learns to fill the board (the board seen from "
-                             "the head, mirrored games, a long horizon; notebook 11). --choose, --envs and --set "
-                             "then change it")
+    parser.add_argument("--preset", choices=preset_names(), default=None,
+                        help=f"PPO: start from these settings (learn/presets/NAME.toml; default: {DEFAULT_PRESET}); "
+                             "'win' learns to fill the board (the board seen from the head, mirrored games, a long "
+                             "horizon; notebook 12). --choose, --obs, --size, --envs and --set then change them")
     parser.add_argument("--envs", type=positive(int), default=None, help="games stepped together")
     parser.add_argument("--device", type=device_argument, default=None,
                         help="cpu, cuda, cuda:N or mps (default: the best available)")
@@ -328,9 +396,16 @@ def add_train(subparsers) -> None:
                         help="PPO: first measure and choose the number of games, the precision and compile / "
                              "CUDA graphs for this device and --seconds (notebook 11; a minute or two), and the "
                              "features_reach observation unless --obs says otherwise")
-    parser.add_argument("--nproc", type=positive(int), default=1,
-                        help="data-parallel PPO on this many processes, started by torchrun: gloo on CPUs, "
-                             "one GPU each with NCCL (notebook 10; default: %(default)s, no torchrun)")
+    parser.add_argument("--nproc", type=positive(int), default=None,
+                        help="data-parallel PPO on this many processes (per machine), started by torchrun: gloo on "
+                             "CPUs, one GPU each with NCCL (notebook 10; default: 1, no torchrun)")
+    parser.add_argument("--nnodes", type=positive(int), default=1,
+                        help="machines of a multi-node run: the same command on each one, with --nproc and "
+                             "--rdzv-endpoint (default: %(default)s)")
+    parser.add_argument("--rdzv-endpoint", type=endpoint_argument, default=None, metavar="HOST:PORT",
+                        help="where the machines' torchruns meet: the first machine's address and a free port")
+    parser.add_argument("--rdzv-id", default=None, metavar="ID",
+                        help="the run's name at the rendezvous, the same on every machine (default: rlgpu)")
     parser.set_defaults(run=run_train)
 
 
@@ -375,17 +450,12 @@ def add_play(subparsers) -> None:
 def _rank_train(args, world, device: torch.device) -> dict:
     """``rank train``: this rank's part of a data-parallel PPO run; rank 0 reports and checkpoints."""
     if args.resume:
-        given = [f"--{name}" for name in ("obs", "size", "envs", "seed", "set") if getattr(args, name) not in (None, [])]
+        given = [f"--{name}" for name in _PPO_OPTIONS if getattr(args, name) not in (None, [])]
         if given:
             raise UsageError(f"--resume continues the run in --out with its own settings; leave out {', '.join(given)}")
         config = None
     else:
-        settings = {**suggested_settings(device), "obs_type": args.obs or "features", "seed": args.seed or 0,
-                    "device": str(device), "height": args.size or 10, "width": args.size or 10}
-        if args.envs is not None:
-            settings["num_envs"] = args.envs
-        settings.update(typed_settings(PPOConfig, args.set or [], "ppo"))
-        config = PPOConfig(**settings)
+        config = _ppo_config(args, device)
     check_same_settings({key: value for key, value in vars(args).items() if key not in ("run", "rank_run", "json")})
     result = train_distributed(config, seconds=args.seconds, steps=args.steps, out_dir=args.out, resume=args.resume,
                                device=device, checkpoint_every_s=args.checkpoint_every, progress=args.progress)
@@ -455,6 +525,7 @@ def add_rank(subparsers) -> None:
 
     train = ranks.add_parser("train", parents=[common], help="train PPO, data-parallel")
     train.add_argument("--algo", choices=["ppo"], default=None, help="data-parallel training is PPO only")
+    train.add_argument("--preset", choices=preset_names(), default=None)
     train.add_argument("--obs", choices=list(rules.OBS_TYPES), default=None)
     train.add_argument("--size", type=positive(int), default=None)
     train.add_argument("--envs", type=positive(int), default=None, help="games stepped together on each rank")

@@ -163,3 +163,95 @@ def test_an_output_path_whose_folder_cannot_be_made_is_refused_before_any_work(f
         main(["bench", "ceilings", flag, "/proc/rlgpu-no-such-folder/records.json"])
     assert exit_info.value.code == 2
     assert "cannot be written: /proc/rlgpu-no-such-folder cannot hold a file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- train's PPO settings, one way
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--nproc", "2", "--preset", "win", "--size", "6", "--envs", "8", "--set", "num_steps=16"],
+     dict(preset="win", size=6, envs=8, overrides={"num_steps": 16})),
+    (["--nproc=2", "--seed", "3", "--obs", "grid", "--set", "hidden=8"],
+     dict(obs="grid", overrides={"seed": 3, "hidden": 8})),
+    (["--preset", "win", "--npr", "2", "--nnodes", "2", "--rdzv-endpoint", "node0:29400", "--rdzv-id=x"],
+     dict(preset="win")),
+    (["--nproc", "2", "--set", "learning_rate=1e-4", "--set", "num_minibatches=2"],
+     dict(overrides={"learning_rate": 1e-4, "num_minibatches": 2})),
+])
+def test_train_and_every_rank_build_ppos_settings_the_same_one_way(argv, expected):
+    """``train`` in one process or before torchrun starts the ranks, and ``rank train`` on each rank (the
+    arguments torchrun passes it): one function, ``ppo_settings`` of the preset and the options."""
+    from rlgpu_helpers.cli import _ppo_config, _rank_arguments, build_parser
+    from rlgpu_helpers.learn.settings import ppo_settings
+
+    args = build_parser().parse_args(["train", *argv])
+    ranks = build_parser().parse_args(["rank", "train", *_rank_arguments(argv)])
+    config = _ppo_config(args, torch.device("cpu"))
+    assert _ppo_config(ranks, torch.device("cpu")) == config == ppo_settings("cpu", **expected)
+
+
+def test_train_with_a_preset_in_one_process_trains_the_presets_config(tmp_path, capsys):
+    from rlgpu_helpers.learn.settings import ppo_settings, settings_dict
+
+    changes = ["--set", "compile=False", "--set", "num_steps=8", "--seed", "2"]
+    assert main(["train", "--preset", "win", "--size", "6", "--envs", "8", *changes, "--steps", "64",
+                 "--device", "cpu", "--out", str(tmp_path / "run"), "--json", str(tmp_path / "run.json")]) == 0
+    config = ppo_settings("cpu", "win", size=6, envs=8, overrides={"compile": False, "num_steps": 8, "seed": 2})
+    assert json.loads((tmp_path / "run.json").read_text())["config"] == settings_dict(config)
+    assert config.obs_type == "ego_grid" and "ppo: 64 env steps" in capsys.readouterr().out
+
+
+def test_the_ranks_command_leaves_out_only_the_launcher_options():
+    from rlgpu_helpers.cli import _rank_arguments
+
+    argv = ["--nproc", "2", "--nnodes=2", "--rdzv-endpoint", "node0:29400", "--rdzv-id", "snake", "--preset", "win",
+            "--npr", "2", "--set", "nproc=1", "--out", "runs/nnodes"]
+    assert _rank_arguments(argv) == ["--preset", "win", "--set", "nproc=1", "--out", "runs/nnodes"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint HOST:PORT"),
+    (["--nnodes", "2", "--rdzv-endpoint", "node0:29400"], "--nnodes 2 needs --nproc"),
+    (["--rdzv-endpoint", "node0:29400"], "--rdzv-endpoint node0:29400 needs --nproc"),
+    (["--nproc", "2", "--rdzv-id", "snake"], "--rdzv-id snake names a rendezvous: give --rdzv-endpoint"),
+    (["--nproc", "2", "--rdzv-endpoint", "node0"], "expected HOST:PORT with a port in [1, 65535], got 'node0'"),
+    (["--nproc", "2", "--rdzv-endpoint", "node0:0"], "got 'node0:0'"),
+    (["--nnodes", "0"], "expected a positive int, got '0'"),
+    (["--choose", "--seconds", "9", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", "node0:29400"],
+     "--choose chooses a new PPO run's settings in one process: leave out --nproc"),
+    (["--nproc", "1", "--nnodes", "2", "--rdzv-endpoint", "node0:29400", "--algo", "dqn"],
+     "data-parallel training is PPO only"),
+    (["--nproc", "2", "--preset", "win", "--set", "precision=fp64"], "--nproc 2: precision='fp64' must be one of"),
+    (["--nproc", "2", "--preset", "win", "--set", "hidden=2.5"], "--set hidden='2.5': expected a int"),
+    (["--nproc", "2", "--resume", "--out", "runs/x", "--preset", "win"], "leave out --preset"),
+    (["--preset", "nope"], "invalid choice: 'nope'"),
+])
+def test_bad_launches_of_train_exit_2_naming_the_option(argv, message, capsys, monkeypatch):
+    from rlgpu_helpers import cli
+
+    monkeypatch.setattr(cli.subprocess, "call", lambda command: pytest.fail(f"started {command}"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_preset_with_cuda_graphs_is_refused_by_nproc_naming_the_preset(a_gpu_machine, monkeypatch, capsys):
+    """On a GPU the win preset captures CUDA graphs, which data-parallel PPO refuses: said, not silently changed."""
+    from rlgpu_helpers import cli
+
+    built = []
+
+    def as_a_gpu_builds_it(args, device, chosen=None, *, where=""):
+        built.append((args.preset, device))
+        config = PPOConfig(num_envs=8, num_steps=4, hidden=8)
+        config.cuda_graphs = True  # as ppo_settings("cuda", "win") gives it, past PPOConfig's own check (CUDA only)
+        return config
+
+    monkeypatch.setattr(cli, "_ppo_config", as_a_gpu_builds_it)
+    monkeypatch.setattr(cli.subprocess, "call", lambda command: pytest.fail(f"started {command}"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--preset", "win", "--nproc", "2"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and built == [("win", torch.device("cuda", 0))]
+    assert "--nproc 2: cuda_graphs=True is not supported by data-parallel PPO" in err
+    assert "The preset 'win' sets cuda_graphs=True on cuda: add --set cuda_graphs=False" in err

@@ -4,6 +4,7 @@ saves all-reduces; bad input and missing ranks fail with clear errors, never a h
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -97,17 +98,54 @@ def test_training_on_two_ranks_through_the_c10d_rendezvous_then_resuming_on_one(
     assert again.env_steps == resumed["env_steps"] + 8 * 16
 
 
-def test_cli_train_nproc_2_runs_torchrun_and_nproc_0_is_refused(tmp_path, capsys):
-    assert cli_main(["train", "--nproc", "2", *TINY[:-1], "--steps", "256", "--out", str(tmp_path / "r"),
-                     "--json", str(tmp_path / "r.json")]) == 0
-    assert "--standalone --nproc-per-node 2" in capsys.readouterr().out
+def test_cli_train_nproc_2_runs_torchrun_with_a_preset_and_nproc_0_is_refused(tmp_path, capsys):
+    """``--preset win`` on 2 ranks: every rank trains the config one process builds from the same arguments."""
+    from rlgpu_helpers.learn.settings import ppo_settings, settings_dict
+
+    changes = ["--size", "6", "--set", "compile=False", "--seed", "4"]  # compiling: minutes on 2 cores
+    assert cli_main(["train", "--nproc", "2", "--preset", "win", *TINY[:-1], *changes, "--steps", "256",
+                     "--out", str(tmp_path / "r"), "--json", str(tmp_path / "r.json")]) == 0
+    assert "--standalone --nproc-per-node 2 -m rlgpu_helpers rank train --preset win" in capsys.readouterr().out
     assert (tmp_path / "r" / "checkpoint.pt").exists()
+    result = json.loads((tmp_path / "r.json").read_text())
+    one_process = ppo_settings("cpu", "win", size=6, envs=8, overrides={"num_steps": 16, "compile": False, "seed": 4})
+    assert result["world_size"] == 2 and result["config"] == settings_dict(one_process)
+    assert one_process.obs_type == "ego_grid" and one_process.mirror  # the preset's, not the defaults
     for bad, message in ((["--nproc", "0"], "expected a positive int, got '0'"),
                          (["--nproc", "2", "--algo", "dqn"], "data-parallel training is PPO only"),
                          (["--nproc", "2", "--agent", "a.pt"], "does not write --agent")):
         with pytest.raises(SystemExit) as exit_info:
             cli_main(["train", *bad])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_cli_train_on_two_machines_meeting_at_a_rendezvous(tmp_path):
+    """Two "machines" on localhost, each running ``train --nproc 1 --nnodes 2 --rdzv-endpoint``: one run of 2
+    processes; rank 0 alone writes to the --out both were given (on a shared folder, as across machines)."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "rlgpu_helpers", "train", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint",
+               f"127.0.0.1:{free_port()}", "--device", "cpu", "--size", "6", "--envs", "8", "--set", "num_steps=8",
+               "--set", "hidden=16", "--steps", "256", "--out", str(out), "--rdzv-id", "two-machines"]
+    env = {**{key: value for key, value in os.environ.items() if key not in WORLD}, "OMP_NUM_THREADS": "1"}
+    machines = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                 start_new_session=True) for _ in range(2)]  # its own group: a timeout kills all
+    try:
+        outputs = [machine.communicate(timeout=240)[0] for machine in machines]
+    finally:
+        for machine in machines:
+            if machine.poll() is None:
+                os.killpg(machine.pid, signal.SIGKILL)
+                machine.communicate()
+    assert [machine.returncode for machine in machines] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    for output in outputs:
+        assert "Starting 1 process on this machine, one of 2 machines meeting at 127.0.0.1:" in output
+        assert "--nnodes 2 --rdzv-backend c10d" in output and "--rdzv-id two-machines" in output
+        assert "rank train --device cpu" in output and "--nproc" not in output.split(" rank train ")[1]
+    summaries = [line for output in outputs for line in output.splitlines() if line.startswith("ppo on ")]
+    assert len(summaries) == 1 and summaries[0].startswith("ppo on 2 processes (gloo): 256 env steps"), summaries
+    assert summaries[0].endswith("parameters identical on every rank: True")
+    state = load_checkpoint(out)  # 2 iterations of 2 ranks x 8 games x 8 steps
+    assert state["learner"]["env_steps"] == 256 and state["config"]["height"] == 6
 
 
 NAIVE = """def advantage_stats(x):
@@ -336,10 +374,10 @@ def test_cuda_graphs_are_refused_by_name_before_any_rank_starts(one_rank_group, 
     with pytest.raises(ValueError, match="^cuda_graphs=True is not supported by data-parallel PPO"):
         DistributedPPO(config)
     check_data_parallel_settings(False)
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(SystemExit) as exit_info:  # on a CPU the config refuses it first; a GPU's: test_cli.py
         cli_main(["train", "--nproc", "2", "--device", "cpu", "--set", "cuda_graphs=True", "--steps", "64"])
     assert exit_info.value.code == 2
-    assert "--nproc 2: cuda_graphs=True is not supported by data-parallel PPO" in capsys.readouterr().err
+    assert "--nproc 2: cuda_graphs=True needs a CUDA GPU" in capsys.readouterr().err
 
 
 def test_sync_last_micro_batch_only_enters_no_sync_for_all_but_the_last_micro_batch():

@@ -1,8 +1,8 @@
-"""Reading the command line: argparse types that name the bad value, and ``--set NAME=VALUE`` (notebook 00).
+"""Reading the command line: argparse types that name the bad value, and ``--set NAME=VALUE``.
 
-Shared by every subcommand of ``python -m rlgpu_helpers`` (``cli.py``), the ones ``torchrun``
-starts included. A value argparse cannot take is reported as a usage error (exit 2) that names
-the option and the value, before any work starts.
+The command line of notebooks 11 and 12 (``python -m rlgpu_helpers train``, ``cli.py``), for every
+subcommand, the ones ``torchrun`` starts included. A value argparse cannot take is a usage error
+(exit 2) naming the option and the value, before any work starts.
 """
 
 from __future__ import annotations
@@ -86,6 +86,14 @@ def device_argument(text: str):
         return get_device(text)
     except (ValueError, RuntimeError) as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def endpoint_argument(text: str) -> str:
+    """An argparse type: ``HOST:PORT``, where the machines of a multi-node run meet (``train --rdzv-endpoint``)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT with a port in [1, 65535], got {text!r}")
+    return text
 
 
 def setting(text: str) -> tuple[str, str]:
