@@ -7,23 +7,23 @@ import torch
 
 from rlgpu_helpers.bench import envs as env_bench
 from rlgpu_helpers.bench import syncs
-from rlgpu_helpers.bench.envs import (
-    FPS_CLAIMS,
-    NO_GPU_RECORD,
-    StepMemory,
+from rlgpu_helpers.bench.env_records import (
     async_crossover,
     best_per_variant,
     curve_lines,
-    fps_claim_checks,
+    microseconds_per_step,
+    step_memory_table,
+)
+from rlgpu_helpers.bench.envs import (
+    StepMemory,
     gym_vector_throughput,
     heavy_env_throughput,
     measure_env_throughput,
-    microseconds_per_step,
     snake_loop_throughput,
-    step_memory_table,
     vec_snake_step_memory,
     vec_snake_throughput,
 )
+from rlgpu_helpers.bench.fps_claims import FPS_CLAIMS, NO_GPU_RECORD, fps_claim_checks
 from rlgpu_helpers.bench.suites import SUITES
 from rlgpu_helpers.bench.syncs import (
     SYNC_CONFIGS,

@@ -43,13 +43,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from fakecuda import ROOT, FakeCuda, build_guard, guard_unavailable, load_guard
+from fakecuda import FakeCuda
+from fakecuda_guard import build_guard, guard_unavailable, load_guard
+from fakecuda_notes import ROOT
 
 import rlgpu_helpers
 from rlgpu_helpers.gpu.graphs import CapturedStep
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
-from rlgpu_helpers.learn.tune import win_settings
+from rlgpu_helpers.learn.settings import ppo_settings
 from rlgpu_helpers.replay import KINDS
 from rlgpu_helpers.replay.pinned import PinnedReplayBuffer
 from rlgpu_helpers.snake.rules import OBS_TYPES
@@ -238,8 +240,7 @@ CASES["PPO features fp16, cuda_graphs"] = Case(
 def warm_up_the_win_preset(fc: FakeCuda, precision: str) -> dict:
     """The ``"win"`` preset made small, with CUDA graphs and without compile (Inductor cannot run on fake tensors):
     ``warm_up`` captures its three graphs on iterations it then undoes; the next iteration replays them."""
-    settings = {**win_settings("cuda"), **PPO_SIZES, "precision": precision, "compile": False}
-    ppo = PPO(PPOConfig(**settings, device="cuda"))
+    ppo = PPO(ppo_settings("cuda", "win", overrides={**PPO_SIZES, "precision": precision, "compile": False}))
     # the undo checks each game's state against the rules, reading values that fake tensors do not hold
     fc.replace(VecSnake, "_check_state", lambda env, state: None)
     ppo.warm_up()

@@ -3,7 +3,6 @@ under time limits, records on file as each step ends, a log to resume from, and 
 GPU image lacks."""
 
 import importlib
-import importlib.util
 import inspect
 import json
 import os
@@ -22,11 +21,9 @@ from rlgpu_helpers.bench.suites import SUITES, Suite
 from rlgpu_helpers.core.device import device_report, machine_label
 
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("gpu_sweep", ROOT / "tools" / "gpu_sweep.py")
-sweep = importlib.util.module_from_spec(spec)
-sys.modules["gpu_sweep"] = sweep  # dataclasses look their module up there
-spec.loader.exec_module(sweep)
-Step, Call = sweep.Step, sweep.Call
+sys.path.insert(0, str(ROOT / "tools"))  # gpu_sweep.py imports its sibling modules, as when run as a script
+import gpu_sweep as sweep  # noqa: E402
+from sweep_calls import CHOICE, GRAPHS, HELD_OUT_SEED, Call, Step  # noqa: E402
 STEPS = [step for call in sweep.CALLS for step in call.steps]
 find_step = sweep.find_step
 LABEL = machine_label(device_report("cpu"))
@@ -45,7 +42,7 @@ def test_every_suite_is_in_a_call_and_every_step_takes_its_options():
             assert module == SUITES[step.suite].run.__module__, step.name  # a part of that suite
             function, arguments = getattr(importlib.import_module(module), name), ("cpu",)
         inspect.signature(function).bind(*arguments, **step.options, **step.sizes)
-    assert {step.needs for step in STEPS if step.needs} == {sweep.CHOICE}
+    assert {step.needs for step in STEPS if step.needs} == {CHOICE}
     names = [step.name for step in STEPS]
     assert all(names.index(step.needs) < names.index(step.name) for step in STEPS if step.needs)
 
@@ -58,8 +55,8 @@ def test_the_calls_go_by_issue_34s_order_and_two_fit_a_quarter_hour():
     shared, alone = STEPS[0], STEPS[1]
     assert shared.workers > 1 and "not gpu_alone" in shared.tests and alone.workers == 1
     assert [call[0] for call in names[1:5]] == ["time to win: seed 0", "time to win: seed 1", "time to win: seed 2",
-                                                f"time to win: seed {sweep.HELD_OUT_SEED} (held out)"]
-    assert sweep.HELD_OUT_SEED not in (0, 1, 2)
+                                                f"time to win: seed {HELD_OUT_SEED} (held out)"]
+    assert HELD_OUT_SEED not in (0, 1, 2)
     assert {"win speed: the shapes", "win speed: eager"} <= {name for call in names[1:3] for name in call}
     assert all(name.startswith("launch comparison: ") for name in names[5]) and len(names[5]) == 4
     never_ran = {"batch size", "time to score", "unit tests", "transfers", "replay", "sync costs", "ddp",
@@ -323,7 +320,7 @@ def test_a_dry_run_of_real_steps_uses_quick_sizes_and_only_collects_the_tests(tm
     monkeypatch.setattr(sweep, "CALLS", (Call("real steps", (
         Step("collect", 60, tests="tests/test_core_config.py"),
         # 2**34 elements would not fit in memory: a dry run leaves the sizes to quick mode
-        Step("graphs: op", 60, "graphs", f"{sweep.GRAPHS}:op_time_by_size", sizes={"sizes": (2**34,)}),
+        Step("graphs: op", 60, "graphs", f"{GRAPHS}:op_time_by_size", sizes={"sizes": (2**34,)}),
     )),))
     data = tmp_path / "data"
     assert sweep.main(["all", "--device", "cpu", "--data", str(data)]) == 0
@@ -335,7 +332,7 @@ def test_a_dry_run_of_real_steps_uses_quick_sizes_and_only_collects_the_tests(tm
 
 def test_each_time_to_win_brings_back_its_own_agent_with_the_curve(tmp_path, monkeypatch):
     from rlgpu_helpers.learn.checkpoint import load_checkpoint
-    from rlgpu_helpers.learn.tune import win_settings
+    from rlgpu_helpers.learn.settings import preset_settings
 
     steps = (find_step("time to win: seed 0"), find_step("launch comparison: eager, fp32"))
     monkeypatch.setattr(sweep, "CALLS", (Call("win", steps),))
@@ -351,7 +348,7 @@ def test_each_time_to_win_brings_back_its_own_agent_with_the_curve(tmp_path, mon
     records = load_json(out / "records" / f"{LABEL}.json")
     assert {r.name for r in records} == {"time to win"}
     changes = {r.params["precision"]: r.params["changes"] for r in records}
-    assert "compile=False" in changes["fp32"] and "compile" not in changes[win_settings("cpu")["precision"]]
+    assert "compile=False" in changes["fp32"] and "compile" not in changes[preset_settings("win", "cpu")["precision"]]
 
 
 def test_the_code_version_follows_the_sources_only(tmp_path):

@@ -1,45 +1,22 @@
 """Every GPU measurement of the course within short leases: run it first whenever a GPU is lent.
 
-The sweep is eleven calls, in order of value: the GPU tests and the tuning of the ``"win"`` preset
-(``bench win_speed``); its time to win (trained for 3 minutes, then 1,000 games each way) on seed
-0, then on seeds 1 and 2 and a held-out seed; the launch comparison (the preset's learning a minute
-each eager, in 16 bits, graphed, compiled); then the calls that have never run on a GPU, and last
-those on file for earlier code. Each call is one command of the device tool, at most 400 s: a
-lease of 15 minutes runs the first two back to back, the machine's start included. Each step runs in a process of its own, interrupted at twice its estimate or at its
-call's deadline (SIGINT first, so that pytest prints the failures it has seen, then SIGKILL), and a
-step that would not fit in what is left of the call is not started: a step that runs long loses its
-own records only. The estimates are the times of the first runs on an H200 (2026-11-26 and 27) where
-there are some, guesses elsewhere; the limits are enforced, and the log says how long each step took.
+The sweep is the calls of ``sweep_calls``, in order of value, each one command of the device tool
+of at most :data:`CALL_S` s: a lease of 15 minutes runs the first two back to back, the machine's
+start included. Each step runs in a process of its own, interrupted at its limit or at its call's
+deadline (SIGINT first, so that pytest prints the failures it has seen, then SIGKILL), and a step
+that would not fit in what is left of the call is not started: a step that runs long loses its own
+records only. ``sweep_log`` keeps what is on file, so that a call skips the steps done for this code.
 
 Here, once, where pip reaches PyPI (the GPU machine has no network), and to see the plan:
 
     python tools/gpu_sweep.py --download-wheels .whl   # the packages the GPU image lacks
     python tools/gpu_sweep.py --plan --budget 900      # the calls, their steps, what fits in 15 min
 
-On the GPU machine, one call per command of the device tool, carrying the folder ``.whl``:
+On the GPU machine, one call per command of the device tool, carrying the folder ``.whl``; then,
+here, what the calls brought back (their ``--out`` folders, in the order they ran) into ``data/``:
 
     python3 tools/gpu_sweep.py 1 --install-wheels .whl --out $OUT
-
-Each call's command starts from the tree as committed here: the files a call wrote on the machine
-are gone at the next call (the device tool sends the tree again), and a second call of the same
-lease does not have the first call's records. So merge what each call brought back (its ``--out``
-folder: the records it made, its log entries) into ``data/``, in the order the calls ran, and
-commit them:
-
     python tools/gpu_sweep.py --merge FOLDER_OF_CALL_1 FOLDER_OF_CALL_2
-
-A call skips the steps
-on file for this code, and a step that needs another's records (the ablation reads the capstone's
-choice) runs only once those are on file.
-
-Each step's records go into ``data/reference/<machine>.json`` as soon as the step ends, or as each
-of its parts ends where the suite hands them over (``save``: the tuning's configurations), into the
-GPU's file (the CPU's for what measures the CPU, such as ``loop``), and each step ends with an entry in
-``data/sweeps/<gpu>.json``: the step, how it ended, its time, estimate and limit, the machine
-(GPU, driver, CUDA, torch), the date, the commit where there is one, and the version of the code.
-A step logged for this GPU and this code is skipped (``--redo`` runs it again). The version is a
-hash of the package, the tests and the project file rather than the commit: the device's copy of
-the tree has no ``.git``, and committing the files a call returns must not make it start over.
 
 A dry run of every call on this CPU, quick sizes, into a temporary folder (never into ``data/``):
 its test steps only collect the tests (CI runs them), and its steps have no GPU time limits.
@@ -50,9 +27,7 @@ its test steps only collect the tests (CI runs them), and its steps have no GPU 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -78,7 +53,9 @@ import torch  # noqa: E402
 # exists only once --install-wheels has run, so they are imported in each step's own process.
 from rlgpu_helpers.core.config import QUICK_ENV_VAR, is_quick  # noqa: E402
 from rlgpu_helpers.core.device import device_report, get_device, machine_label  # noqa: E402
-from rlgpu_helpers.core.files import DATA_ENV_VAR, atomic_write  # noqa: E402
+from rlgpu_helpers.core.files import DATA_ENV_VAR  # noqa: E402
+from sweep_calls import CALLS, LIMIT_FACTOR, Step  # noqa: E402
+from sweep_log import append_log, code_version, git_commit, merge, on_file, read_log  # noqa: E402
 
 CALL_S = 400
 """Each call's share of the lease: two fit in 15 minutes with the machine's start (the device tool allows 10 per command)."""
@@ -90,73 +67,11 @@ STEPS_S = CALL_S - CALL_OVERHEAD_S
 MACHINE_START_S = 60
 """A fresh device machine's start, counted once: about 30 s for the H200 (2026-11-26), up to two minutes
 by the device tool's README."""
-LIMIT_FACTOR = 2
-"""A step is killed at this many times its estimate: it is stuck, or its sizes are wrong for this GPU."""
 INTERRUPT_GRACE_S = 15
 """A step past its time gets SIGINT, then this long to end (pytest prints the failures it has seen) before SIGKILL."""
 DRY_RUN_LIMIT_S = 600
 """A dry run checks that each step runs, not how long it takes on a GPU: its steps get 10 minutes each, no deadline."""
 
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One thing a call does, in a process of its own, killed at ``limit_s`` or at the call's deadline.
-
-    A test step runs ``pytest`` with the arguments ``tests``, with ``workers`` processes where
-    pytest-xdist is installed (the GPU image has it). A suite step runs ``SUITES[suite]`` with
-    ``options``, or, where ``part`` names a function (``"module:function"``) that makes part of
-    the suite's records, that function with ``options``. ``sizes`` are more of its options: the
-    full sizes shrunk to fit the lease (seconds per run, numbers of games), which a dry run leaves
-    to the suites' quick sizes. ``needs`` names a step whose records this one reads (the
-    capstone's choice): without them on file this one is skipped.
-    ``estimate_s``: how long it should take on one H100, its process's start included (a guess:
-    nothing has run on a GPU yet); the calls are packed by it.
-    """
-
-    name: str
-    estimate_s: int
-    suite: str | None = None
-    part: str | None = None
-    options: dict = dataclasses.field(default_factory=dict)
-    sizes: dict = dataclasses.field(default_factory=dict)
-    tests: str | None = None
-    workers: int = 1
-    needs: str | None = None
-
-    @property
-    def limit_s(self) -> int:
-        return LIMIT_FACTOR * self.estimate_s
-
-    def describe(self) -> str:
-        """What the step runs, options included: its key in the sweep log."""
-        if self.tests is not None:
-            return f"pytest {self.tests}" + (f" (workers={self.workers})" if self.workers > 1 else "")
-        what = f"bench {self.suite}" if self.part is None else f"bench {self.suite}: {self.part}"
-        options = ", ".join(f"{key}={value!r}" for key, value in {**self.options, **self.sizes}.items())
-        return what + (f" ({options})" if options else "")
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """Steps that go together in one command of the device tool, in order of value."""
-
-    about: str
-    steps: tuple[Step, ...]
-
-    @property
-    def estimate_s(self) -> int:
-        return sum(step.estimate_s for step in self.steps)
-
-
-GRAPHS = "rlgpu_helpers.bench.graphs"
-CHOICE = "capstone: the settings chosen on the GPU"
-WIN_SIZES = {"budget_s": 180.0, "games": 1000}
-"""Every time-to-win step's sizes: the GPU target's 3 minutes of training, then 1,000 games each way (its seed is
-an option: a dry run keeps it)."""
-HELD_OUT_SEED = 3
-"""A seed no setting of the preset was chosen on (the CPU's were chosen on seeds 0, 1 and 2)."""
-COMPARISON_SIZES = {"budget_s": 60.0, "games": 200}
-"""The launch comparison's sizes: one minute of training per setting, then 200 games each way."""
 TEST_STALL_S = 240
 """A test still running after this long has every thread's stack printed (pytest's ``faulthandler_timeout``):
 the longest GPU test, the preset compiled at full size, takes about 100 s."""
@@ -166,99 +81,6 @@ PYTEST = ("-p", "no:cacheprovider", "-o", "addopts=", "-o", f"faulthandler_timeo
 one line per test as it ends, under workers too (what a step cut off had passed, and the name of each
 failure), the stack of a test that stalls, and a module that cannot be collected (its tooling missing)
 reported without stopping the others."""
-
-
-def time_to_win(seed: int, more: str = "") -> Step:
-    """The ``"win"`` preset trained for 3 minutes on ``seed``, then 1,000 games played each way: about 270 s
-    (its process, the compile and capture, the training, the evaluation)."""
-    return Step(f"time to win: seed {seed}{more}", 270, "wins", options={"seeds": (seed,)}, sizes=WIN_SIZES)
-
-
-def comparison(name: str, estimate_s: int, **launches) -> Step:
-    """The preset's learning settings trained for a minute with other launch settings or precision
-    (notebook 12's comparison, after LeanRL's): one step each, so that each saves its run as it ends."""
-    return Step(f"launch comparison: {name}", estimate_s, "wins", options={"seeds": (0,), **launches},
-                sizes=COMPARISON_SIZES)
-
-
-# The estimates: the first runs' times on an H200 with 16 cores (2026-11-26 and 27) where there are some (the
-# GPU tests took 185 s with 53 passing, before the win preset's were added; the env steps/s 81 s, the precision
-# table 45 s, the graphs of an iteration 23 to 56 s and of the env step 23 to 54 s; the time to win 204 s for
-# the eager preset, before compile and CUDA graphs; ddp had not finished its CPU processes in 90 s; the unit
-# tests had done 80% in 257 s on 8 workers), guesses elsewhere: a timed point of a suite takes about 1.5 s, a
-# torch.compile 10 to 60 s (the win preset's rollout, GAE and update took 44 s on a 2-core CPU, cold), a step's
-# process about 5 s to start. The calls go by issue 34's order: the GPU tests and the preset's tuning, the time
-# to win on seed 0, then on seeds 1, 2 and a held-out seed, the launch comparison, the calls that have never
-# run, and last those that have.
-CALLS = (
-    Call("the GPU tests; the 'win' preset's tuning: its launch settings", (
-        # 60 tests, one compiling the preset at full size, on 4 workers; then the 3 that need the GPU alone
-        Step("GPU tests", 160, tests="tests -m 'gpu and not gpu_alone'", workers=4),
-        Step("GPU tests, the GPU alone", 40, tests="tests -m 'gpu and gpu_alone'"),
-        # the old preset, CUDA graphs, the preset (compiled + CUDA graphs): about 10 s of iterations each
-        Step("win speed: the launches", 150, "win_speed", options={"groups": ("launches",)}),
-    )),
-    Call("the time to win on seed 0; the preset's tuning: the shapes of the work", (
-        time_to_win(0),
-        Step("win speed: the shapes", 70, "win_speed", options={"groups": ("shapes",)}),  # 4 captures, no compile
-    )),
-    Call("the time to win on seed 1; the preset's tuning: the eager rungs", (
-        time_to_win(1),
-        Step("win speed: eager", 50, "win_speed", options={"groups": ("eager",)}),  # 2 x 2 slow iterations
-    )),
-    Call("the time to win on seed 2; batch size", (
-        time_to_win(2),
-        Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
-    )),
-    Call("the time to win on a held-out seed; launches and bytes, accumulation", (
-        time_to_win(HELD_OUT_SEED, " (held out)"),
-        Step("launch", 30, "launch"),
-        Step("accumulation", 40, "accumulation"),
-    )),
-    Call("the launch comparison: the preset's learning, a minute each eager in fp32, in 16 bits, graphed, compiled", (
-        comparison("eager, fp32", 80, precision="fp32", compile=False, cuda_graphs=False),
-        comparison("eager, 16 bits", 80, compile=False, cuda_graphs=False),
-        comparison("CUDA graphs, 16 bits", 85, compile=False),
-        comparison("compiled + CUDA graphs (the preset)", 100),
-    )),
-    Call("headline records: the time to a score, with the settings chosen on the GPU for a run of 60 s", (
-        # 5 trials of 20 s, then the launch settings timed: 2 compiles of a whole iteration
-        Step(CHOICE, 180, "capstone", options={"parts": ("choice",)}, sizes={"run_s": 60.0}),
-        Step("time to score", 195, "training", options={"setups": ("ours",)},
-             sizes={"seeds": (0, 1, 2), "budget_s": 60.0}, needs=CHOICE),
-    )),
-    Call("the unit tests with CUDA present, transfers, ceilings", (
-        # On 14 workers, the longest test is the critical path: PPO learning a 6 x 6 grid on the CPU.
-        Step("unit tests", 240, tests="tests -m 'not gpu'", workers=14),
-        Step("transfers", 50, "transfers"),
-        Step("ceilings", 50, "ceilings"),  # 36 points
-    )),
-    Call("replay buffers, ddp, sync costs, graphs of acting and the update", (
-        Step("replay", 80, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
-        Step("ddp", 120, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
-        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
-        Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
-             {"num_envs": (65536,)}),  # 4 compiles
-    )),
-    Call("notebook 11's ablation; the naive loop on the CPU", (
-        Step("ablation: lessons 03 04 06", 140, "capstone",
-             options={"parts": ("ablation",), "arms": ("all lessons", "03", "04", "06")}, sizes={"budget_s": 30.0},
-             needs=CHOICE),  # 4 runs of 30 s
-        Step("ablation: lessons 08 09 11", 100, "capstone",
-             options={"parts": ("ablation",), "arms": ("08", "09", "11")}, sizes={"budget_s": 30.0}, needs=CHOICE),
-        Step("naive loop", 85, "loop"),  # the CPU's: notebook 02's 11 rows of about 7,000 steps
-    )),
-    Call("on file for earlier code: env steps/s, the precision table, graphs of an iteration and of the env step", (
-        Step("env steps/s", 85, "envs", sizes={"gym_num_envs": (1, 4, 16)}),  # 33 points
-        Step("precision", 50, "precision"),  # 32 points; PPO, 3 x 3 runs of 3 M steps
-        Step("graphs: a PPO iteration", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("iteration",)},
-             {"num_envs": (65536,)}),  # 2 compiles of a whole iteration
-        Step("graphs: the env step", 55, "graphs", f"{GRAPHS}:step_records", {"parts": ("env",)},
-             {"num_envs": (256, 65536, 4194304)}),  # 6 compiles of a step
-        Step("graphs: one operator by size", 15, "graphs", f"{GRAPHS}:op_time_by_size"),
-        Step("graphs: launches per part", 15, "graphs", f"{GRAPHS}:launch_records"),
-    )),
-)
 
 
 def fitting_calls(budget_s: float) -> list[int]:
@@ -296,53 +118,6 @@ def plan(budget_s: float | None = None) -> str:
                          f"call{'s' if len(left_out) > 1 else ''} {', '.join(map(str, left_out))} "
                          f"({'; '.join(steps)}).")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------- the code's version and the log
-
-SOURCES = ("rlgpu_helpers", "tests", "conftest.py", "pyproject.toml")
-"""What the measurements and the tests depend on: a change here makes every step run again."""
-
-
-def code_version(root: Path = ROOT) -> str:
-    """A short hash of the Python files and the project file under :data:`SOURCES`."""
-    digest = hashlib.sha256()
-    for source in SOURCES:
-        path = root / source
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-        for file in files:
-            digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
-    return digest.hexdigest()[:12]
-
-
-def git_commit(root: Path = ROOT) -> str | None:
-    """The checkout's commit, or None where there is no ``.git`` (the device's copy of the tree)."""
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def read_log(path: Path) -> list[dict]:
-    """The entries of a sweep log (none if it does not exist yet)."""
-    return json.loads(path.read_text()) if path.exists() else []
-
-
-def append_log(path: Path, entry: dict) -> None:
-    """Add one step's entry to the sweep log, atomically: a kill leaves the old log or the new one."""
-    text = json.dumps(read_log(path) + [entry], indent=1) + "\n"
-    atomic_write(path, text.encode())
-
-
-ENDED = ("ok", "failed", "timed out")
-"""How a step on file ended. A step cut off by its call's deadline ("cut off") is not on file: it runs again."""
-
-
-def on_file(entries: list[dict], step: Step, code: str) -> dict | None:
-    """The latest entry of ``step`` for this code that says how it ended, or None."""
-    mine = [e for e in entries if e["step"] == step.describe() and e["code"] == code and e["outcome"] in ENDED]
-    return mine[-1] if mine else None
 
 
 def find_step(name: str) -> Step:
@@ -563,35 +338,6 @@ def run_call(number: int, *, device: str, report: dict, data: Path, out: Path | 
             passed = False
             print("    " + "\n    ".join(log.read_text(errors="replace").splitlines()[-25:]), flush=True)
     return passed
-
-
-def merge(folders: list[Path], data: Path) -> list[str]:
-    """Put what calls brought back (their ``--out`` folders, in the order the calls ran) into ``data``.
-
-    Each call starts from the tree as committed, so the reference file it wrote lacks what an earlier
-    call of the same lease measured: copying the files over would lose those records. A call's
-    ``records/`` hold only what it measured; they are merged record by record (a later call's
-    replaces the same figure), and its ``log/`` entries are appended to the sweep log, each once.
-    Returns one line per file merged.
-    """
-    from rlgpu_helpers.measure.records import load_json, merge_reference
-
-    missing = [str(folder) for folder in folders if not (folder / "log").is_dir()]
-    if missing:
-        raise ValueError(f"{', '.join(missing)}: not a call's --out folder (no log/ in it)")
-    lines = []
-    for folder in folders:
-        for source in sorted((folder / "records").glob("*.json")):
-            path = merge_reference(source, data / "reference")
-            lines.append(f"{len(load_json(source))} records of {folder} into {path}")
-        for source in sorted((folder / "log").glob("*.json")):
-            path = data / "sweeps" / source.name
-            entries = read_log(path)
-            new = [entry for entry in read_log(source) if entry not in entries]
-            text = json.dumps(entries + new, indent=1) + "\n"
-            atomic_write(path, text.encode())
-            lines.append(f"{len(new)} log entries of {folder} into {path}")
-    return lines
 
 
 # ---------------------------------------------------------------------------- wheels for the GPU image

@@ -6,6 +6,8 @@ The harness they build on (timing, records, tables, plots, claims) is ``measure`
 - ``ceilings``: matmul FLOP/s and memory GB/s of a device (00);
 - ``loop``: the naive DQN's loop and its cheap tunings (01, 02);
 - ``envs``: env steps/s of every way of running Snake games (03);
+- ``env_records``: reading env steps/s: the fastest N, each curve in a line, a step's time (03, 04);
+- ``fps_claims``: the guide's FPS table against env steps/s (03, 04);
 - ``syncs``: time per step against N on a GPU, and the cost of each sync point (04);
 - ``launch``: the two ceilings of an env's step: launches x their latency, bytes / bandwidth (04);
 - ``transfers``: host-device copies, pageable or pinned, blocking or not, by size (05);
@@ -16,10 +18,7 @@ The harness they build on (timing, records, tables, plots, claims) is ``measure`
 - ``graphs``: time per step eager, compiled and graph-captured, by part of the iteration and N (09);
 - ``ddp``: env steps/s and time per update by number of processes (10);
 - ``time_to_score``: PPO against the naive DQN and stable-baselines3, to a mean score (11);
-- ``ablation``: the capstone's chosen settings, and each lesson switched off (11; imports
-  ``time_to_score``, never the reverse);
-- ``time_to_win``: the win preset per seed, its time-to-win curve, 1,000 games judged (12; imports
-  ``time_to_score``);
-- ``win_speed``: the win preset's env steps/s by technique and by shape (12), a profile of its
-  GPU iteration, the peers' figures beside them.
+- ``ablation``: the capstone's chosen settings, and each lesson switched off (11);
+- ``time_to_win``: the win preset per seed, its time-to-win curve, games played to the end (12);
+- ``win_speed``: the win preset's env steps/s by technique and shape, a profile of its iteration (12).
 """

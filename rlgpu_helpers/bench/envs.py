@@ -8,52 +8,19 @@ Four ways of running N games, all with random actions and no policy, so only the
   game ends: the baseline;
 * ``"SyncVectorEnv"``: gymnasium's in-process vector of N ``SnakeEnv`` (a Python loop inside);
 * ``"AsyncVectorEnv"``: gymnasium's subprocess vector, one process per game, talking over pipes;
-* ``"VecSnake features"`` / ``"VecSnake grid"``: one ``VecSnake``, N games as tensors, with either
-  observation type.
+* ``"VecSnake features"`` / ``"VecSnake grid"``: one ``VecSnake``, N games as tensors.
 
 Every figure is a :class:`~rlgpu_helpers.measure.records.Record` named ``"env_step"``, metric
-``"throughput"``, unit ``"steps/s"`` (one step of one game; a vector step of N games counts N),
-with params ``{"num_envs", "obs_type", "device"}``. ``device`` says where the games ran: the
-gymnasium envs always run on the host CPU, ``VecSnake`` on the device asked for.
+``"throughput"``, unit ``"steps/s"`` (a vector step of N games counts N), with params
+``{"num_envs", "obs_type", "device"}``: where the games ran (the gymnasium envs on the host CPU).
+A shared machine is noisy both ways, so each figure is the median steps/s of several timed runs of
+about 0.2 s after warm-up calls, its spread their interquartile range: one disturbed run moves
+neither. The actions are drawn up front and cycled through, so no random number generator is timed.
 
-How it is timed, and why. A shared machine is noisy in both directions (a neighbour's job slows a
-run down; a burst of turbo speeds one up), so each figure comes from several timed runs, each
-long enough (about 0.2 s at full size) to span many steps, after warm-up calls. The figure is the
-median steps/s over the runs, and its spread the interquartile range, so one disturbed run moves
-neither. Actions are drawn up front from a seeded generator and cycled through, so the random
-number generator is not what gets timed.
-
-:func:`heavy_env_throughput` runs the experiment of notebook 03 where each game's step is made
-artificially expensive (:class:`~rlgpu_helpers.snake.cpu_vector.BusyWaitWrapper`), to find the per-step
-cost at which subprocesses start to beat the in-process loop (:func:`async_crossover`).
-:func:`best_per_variant` picks, from any records, the number of games at which each variant was
-fastest, :func:`curve_lines` reads each curve of steps/s against N in one line (notebook 04), and
-:func:`microseconds_per_step` turns a record back into the time of one step.
-
-Two helpers read the records against what else is known:
-
-* :func:`fps_claim_checks` puts each row of the guide's FPS table (:data:`FPS_CLAIMS`, figures
-  in :mod:`~rlgpu_helpers.measure.claims`) beside the record that answers it, judged by
-  :func:`~rlgpu_helpers.measure.claims.judge` with the record's spread, or says why no record
-  does (the GPU rows need a GPU measurement, from this run or from ``data/reference/``);
-  :func:`claim_checks_table` shows them.
-* :func:`vec_snake_step_memory` measures what one ``VecSnake`` step asks of memory on the CPU:
-  the bytes of the observations it returns and the pages it takes fresh from the operating
-  system; :func:`step_memory_table` sets them beside the measured steps/s.
-
-Notebook 04 adds the GPU side:
-
-* :func:`default_scaling_num_envs`: N from 1 to the largest the device is given (2**24 on a GPU,
-  or as many as fit; an N that runs out of device memory is skipped, and the reason printed);
-* :func:`time_per_step_records` turns steps/s into the time of one step of N games, and
-  :func:`flat_until` reads up to which N that time stays flat; :func:`same_cost_checks` judges
-  the guide's "same computational cost for 1 or 256 environments" on GPU records;
-* the cost of each host-device synchronization: :func:`sync_cost_throughput` measures
-  :class:`~rlgpu_helpers.snake.naive_tensor.NaiveTensorSnake` with each of its sync points
-  switched on alone (records named ``"env_step_syncs"``) beside ``VecSnake`` on the same device,
-  :func:`audit_sync_points` counts the synchronizations of each with the sync audit,
-  :func:`sync_audit_table` and :func:`sync_cost_table` show them, and
-  :func:`measure_sync_costs` is both, as records, for the GPU sweep.
+:func:`heavy_env_throughput` makes each game's step artificially expensive, to find the per-step
+cost at which subprocesses beat the in-process loop; :func:`vec_snake_step_memory` measures what one
+``VecSnake`` step asks of memory on the CPU. ``env_records`` reads the records, ``fps_claims`` sets
+them against the guide's FPS table.
 """
 
 from __future__ import annotations
@@ -78,15 +45,14 @@ from ..core.checks import (
 from ..core.config import pick
 from ..core.device import get_device, logical_cores, machine_of
 from ..gpu.memory import try_to_fit
-from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
-from ..measure.records import Record, check_records, select
-from ..measure.table import Table, format_number
+from ..measure.records import Record
 from ..measure.timing import rate
 from ..snake import rules
 from ..snake.cpu_vector import VECTOR_KINDS, make_cpu_vector_env
 from ..snake.env import SnakeEnv
 from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
 from ..snake.vec import VecSnake
+
 
 NAME = "env_step"
 HEAVY_NAME = "env_step_heavy"
@@ -375,221 +341,6 @@ def heavy_env_throughput(step_costs_s=None, *, num_envs: int | None = None, kind
     return run_jobs(jobs, HEAVY_NAME, machine_of(device), progress, "heavy env")
 
 
-# ---------------------------------------------------------------------------- reading the records
-
-def _check_same_measure(records, name: str) -> list[Record]:
-    records = check_records(records, name)
-    if not records:
-        raise ValueError(f"{name}=[] holds no records")
-    measures = sorted({(r.metric, r.unit) for r in records})
-    if len(measures) != 1:
-        raise ValueError(f"{name} mix metrics/units {measures}: pass records of one metric")
-    return records
-
-
-def best_per_variant(records: Sequence[Record], x: str = "num_envs") -> list[Record]:
-    """For each (machine, benchmark, variant), the record with the highest value.
-
-    With env throughput records this is the number of games (``record.params[x]``) at which each
-    variant ran fastest. Every record must carry the parameter ``x``; ties go to the smaller
-    ``x``. The result keeps the order in which the groups first appear.
-    """
-    records = _check_same_measure(records, "records")
-    if not isinstance(x, str) or not x:
-        raise ValueError(f"x={x!r} must be the name of a parameter, such as 'num_envs'")
-    best: dict[tuple, Record] = {}
-    for record in records:
-        if x not in record.params:
-            raise ValueError(f"x={x!r}: record {record.name}/{record.variant} on {record.machine} "
-                             f"has params {record.params}, without {x!r}")
-        key = (record.machine, record.name, record.variant)
-        held = best.get(key)
-        if held is None or (record.value, -record.params[x]) > (held.value, -held.params[x]):
-            best[key] = record
-    return list(best.values())
-
-
-def curve_lines(records: Sequence[Record], loop: Record | None = None) -> list[str]:
-    """Each curve of env steps/s against N (one machine, device and variant), read in one line:
-    its speed with one game, its best and where, and the largest N measured.
-
-    ``loop`` (the ``SnakeEnv loop`` record) sets the best of its own machine's curves beside it;
-    its machine's curves come first, the other machines' in name order.
-    """
-    records = env_step_records(records, "records")
-    first = loop.machine if loop is not None else None
-    lines = []
-    for machine in sorted({r.machine for r in records}, key=lambda m: (m != first, m)):
-        for device in sorted({r.params.get("device", "?") for r in records if r.machine == machine}):
-            curve = [r for r in records if r.machine == machine and r.params.get("device", "?") == device]
-            for best in best_per_variant(curve):
-                rates = {r.params["num_envs"]: r.value for r in curve if r.variant == best.variant}
-                largest = max(rates)
-                versus = f" ({best.value / loop.value:,.3g}x the SnakeEnv loop)" if machine == first else ""
-                one = f"{rates[1]:,.0f} steps/s with 1 game" if 1 in rates else "no measurement with 1 game"
-                lines.append(f"{machine} · {best.variant} on {device}: {one}; best {best.value:,.0f} at "
-                             f"N = {best.params['num_envs']:,}{versus}; {rates[largest]:,.0f} at N = {largest:,}, "
-                             "the largest measured")
-    return lines
-
-def async_crossover(records: Sequence[Record]) -> float | None:
-    """The smallest per-step cost (µs) from which ``AsyncVectorEnv`` beats ``SyncVectorEnv``.
-
-    Reads the records of :func:`heavy_env_throughput` (one machine): the first measured
-    ``step_cost_us`` at which the async figure exceeds the sync one and stays above it at every
-    larger cost. None when async never wins, or where only one kind was measured.
-    """
-    records = _check_same_measure(records, "records")
-    machines = sorted({r.machine for r in records})
-    if len(machines) != 1:
-        raise ValueError(f"records come from machines {machines}: pass one machine's records")
-    by_kind: dict[str, dict[float, float]] = {}
-    for record in records:
-        if "step_cost_us" not in record.params:
-            raise ValueError(f"records: {record.name}/{record.variant} has params {record.params}, "
-                             "without 'step_cost_us' (not from heavy_env_throughput)")
-        by_kind.setdefault(record.variant, {})[record.params["step_cost_us"]] = record.value
-    sync, asynchronous = by_kind.get(VARIANTS["sync"]), by_kind.get(VARIANTS["async"])
-    if not sync or not asynchronous:
-        return None
-    costs = sorted(set(sync) & set(asynchronous))
-    crossover = None
-    for cost in reversed(costs):
-        if asynchronous[cost] > sync[cost]:
-            crossover = cost
-        else:
-            break
-    return crossover
-
-
-def microseconds_per_step(records: Sequence[Record], variant: str, num_envs: int = 1) -> float:
-    """Microseconds one ``step`` call of ``num_envs`` games took: ``num_envs / (steps/s) * 1e6``.
-
-    Reads the one steps/s record of ``variant`` at ``num_envs`` in ``records`` (one run's
-    records: one machine, one observation type per variant). Raises ValueError when there is
-    none, or more than one.
-    """
-    records = _check_same_measure(records, "records")
-    num_envs = check_int("num_envs", num_envs)
-    matches = [r for r in records if r.variant == variant and r.params.get("num_envs") == num_envs]
-    if not matches:
-        measured = sorted({(r.variant, r.params.get("num_envs")) for r in records}, key=str)
-        raise ValueError(f"no record of variant={variant!r} at num_envs={num_envs}; records hold {measured}")
-    if len(matches) > 1:
-        raise ValueError(f"{len(matches)} records of variant={variant!r} at num_envs={num_envs} "
-                         f"(machines {sorted({r.machine for r in matches})}): pass one run's records")
-    record, = matches
-    if record.unit != UNIT or record.value <= 0:
-        raise ValueError(f"record {record.variant} at N={num_envs} is {record.value} {record.unit}: "
-                         f"a time per step needs a positive figure in {UNIT}")
-    return num_envs / record.value * 1e6
-
-
-# ---------------------------------------------------------------------------- the guide's FPS table
-
-FPS_CLAIMS = ("single-env-fps", "cpu-16-envs-fps", "gpu-64-envs-fps", "gpu-256-envs-fps", "vectorized-speedup")
-"""The claims of the guide's FPS table (keys of :data:`~rlgpu_helpers.measure.claims.CLAIMS`)
-that env throughput records answer."""
-
-SPEEDUP_NUM_ENVS = 256
-"""N at which the "vectorized on a GPU vs one CPU env" speedup is judged: the guide's table ends
-with 256 GPU envs, and its speedup range contains that row over its single env."""
-
-NO_GPU_RECORD = ("no GPU record, from this run or in data/reference/ "
-                 "(notebook 04 measures VecSnake on a GPU)")
-
-
-def env_step_records(records, what: str) -> list[Record]:
-    """The env steps/s records among ``records`` (``what`` names them in errors)."""
-    return select(check_records(records, what), name=NAME, metric=METRIC, unit=UNIT)
-
-
-def spread_or_zero(record: Record) -> float:
-    return record.spread if record.spread is not None else 0.0
-
-
-def _describe(record: Record) -> str:
-    return f"{record.variant}, N={record.params['num_envs']:,}, {record.params.get('device', '?')}, {record.machine}"
-
-
-def _at(records: list[Record], variant: str, num_envs: int, device: str | None = None) -> list[Record]:
-    return select(records, variant=variant, num_envs=num_envs, **({} if device is None else {"device": device}))
-
-
-def gpu_per_machine(records: list[Record], num_envs: int) -> dict[str, Record]:
-    """The first ``VecSnake features`` record on a GPU at ``num_envs``, per machine, in order."""
-    found: dict[str, Record] = {}
-    for record in _at(records, VARIANTS["features"], num_envs, device="cuda"):
-        found.setdefault(record.machine, record)
-    return found
-
-
-def fps_claim_checks(records: Sequence[Record], reference: Sequence[Record] = ()) -> list[ClaimCheck]:
-    """Each row of the guide's FPS table (:data:`FPS_CLAIMS`) beside the record that answers it.
-
-    ``records`` are this run's ``env_step`` records, ``reference`` any others (such as
-    :func:`~rlgpu_helpers.measure.records.load_reference`); other benchmarks are ignored.
-
-    * "single-env-fps": the ``SnakeEnv`` loop of ``records`` (features observation);
-    * "cpu-16-envs-fps": the faster of ``SyncVectorEnv`` and ``AsyncVectorEnv`` at N = 16 in
-      ``records``;
-    * "gpu-64-envs-fps", "gpu-256-envs-fps": ``VecSnake`` (features) with device ``cuda`` at
-      N = 64 and 256, one check per GPU machine in ``records`` then ``reference``. A CPU
-      ``VecSnake`` never answers a GPU claim;
-    * "vectorized-speedup": that GPU figure at :data:`SPEEDUP_NUM_ENVS` over the ``SnakeEnv``
-      loop of the same machine, its spread from both records' relative spreads.
-
-    Each measurement is judged with its spread (a record without one counts as exact). A claim
-    no record answers gets a check without a verdict, saying what is missing.
-    """
-    mine, others = env_step_records(records, "records"), env_step_records(reference, "reference")
-    everything = mine + others
-    checks = []
-
-    claim = CLAIMS["single-env-fps"]
-    loops = _at(mine, VARIANTS["loop"], 1)
-    loops.sort(key=lambda r: r.params.get("obs_type") != "features")
-    if loops:
-        checks.append(ClaimCheck(claim, _describe(loops[0]), judge(claim, loops[0].value, spread_or_zero(loops[0]))))
-    else:
-        checks.append(ClaimCheck(claim, "no SnakeEnv loop record in this run"))
-
-    claim = CLAIMS["cpu-16-envs-fps"]
-    gym = _at(mine, VARIANTS["sync"], 16) + _at(mine, VARIANTS["async"], 16)
-    if gym:
-        best = max(gym, key=lambda r: r.value)
-        others_at_16 = sorted({r.variant for r in gym} - {best.variant})
-        which = (f" (faster than {', '.join(others_at_16)} there)" if others_at_16
-                 else " (the only gymnasium vector env measured there)")
-        checks.append(ClaimCheck(claim, _describe(best) + which, judge(claim, best.value, spread_or_zero(best))))
-    else:
-        checks.append(ClaimCheck(claim, "no SyncVectorEnv or AsyncVectorEnv record at N=16 in this run"))
-
-    any_gpu = any(r.params.get("device") == "cuda" for r in everything)
-    for key, n in (("gpu-64-envs-fps", 64), ("gpu-256-envs-fps", 256)):
-        claim = CLAIMS[key]
-        found = gpu_per_machine(everything, n)
-        for record in found.values():
-            checks.append(ClaimCheck(claim, _describe(record), judge(claim, record.value, spread_or_zero(record))))
-        if not found:
-            checks.append(ClaimCheck(claim, NO_GPU_RECORD if not any_gpu
-                                     else f"no VecSnake features record on a GPU at N={n}"))
-
-    claim = CLAIMS["vectorized-speedup"]
-    found = gpu_per_machine(everything, SPEEDUP_NUM_ENVS)
-    for machine, vec in found.items():
-        loop = next((r for r in _at(everything, VARIANTS["loop"], 1) if r.machine == machine), None)
-        if loop is None:
-            checks.append(ClaimCheck(claim, f"no SnakeEnv loop record from {machine} to compare its GPU with"))
-            continue
-        checks.append(ClaimCheck(claim, f"{_describe(vec)} over {loop.variant} on its CPU",
-                                 judge(claim, *record_ratio(vec, loop))))
-    if not found:
-        checks.append(ClaimCheck(claim, NO_GPU_RECORD if not any_gpu
-                                 else f"no VecSnake features record on a GPU at N={SPEEDUP_NUM_ENVS}"))
-    return checks
-
-
 # ---------------------------------------------------------------------------- memory of a step
 
 @dataclasses.dataclass(frozen=True)
@@ -676,36 +427,3 @@ def vec_snake_step_memory(num_envs=None, *, obs_type: str = "grid", steps: int |
         page_faults = float(statistics.median(faults)) if faults else None
         results.append(StepMemory(n, obs_type, observation_bytes, returned_bytes, page_faults, _page_size()))
     return results
-
-
-def step_memory_table(memory: Sequence[StepMemory], throughput: Sequence[Record] = ()) -> Table:
-    """:func:`vec_snake_step_memory` beside the steps/s of the same ``VecSnake`` on the CPU.
-
-    ``throughput``: env throughput records of one machine (others are ignored); a row whose
-    N has no CPU record of the matching ``VecSnake`` variant leaves those cells empty.
-    """
-    memory = list(memory)
-    bad = [m for m in memory if not isinstance(m, StepMemory)]
-    if bad:
-        raise TypeError(f"memory must hold only StepMemory objects, not {bad[0]!r}")
-    rates = [r for r in env_step_records(throughput, "throughput") if r.params.get("device") == "cpu"]
-    machines = sorted({r.machine for r in rates})
-    if len(machines) > 1:
-        raise ValueError(f"throughput comes from machines {machines}: pass one machine's records")
-    by_key = {(r.variant, r.params.get("num_envs")): r for r in rates}
-    columns = ["games (N)", "one observation (B/game)", "observations returned (MB/step)",
-               "fresh pages from the OS (MB/step)", "throughput (steps/s)", "observations written (GB/s)"]
-    rows = []
-    for m in memory:
-        record = by_key.get((VARIANTS[m.obs_type], m.num_envs))
-        fresh = "n/a" if m.fresh_bytes is None else format_number(m.fresh_bytes / 1e6)
-        rows.append([f"{m.num_envs:,}", f"{m.observation_bytes:,}", format_number(m.returned_bytes / 1e6),
-                     fresh, format_number(record.value) if record else "",
-                     format_number(m.bytes_per_second(record.value) / 1e9) if record else ""])
-    return Table(columns, rows, [True] * len(columns))
-
-
-# ---------------------------------------------------------------------------- time per step (notebook 04)
-
-
-# ---------------------------------------------------------------------------- the cost of each sync point

@@ -1,14 +1,13 @@
-"""Notebook 04's measurements: VecSnake's steps/s and time per step against N on a GPU, and what
-each synchronization point costs.
+"""VecSnake's time per step against N on a GPU, and what each sync point costs (introduced in notebook 04).
 
 - ``default_scaling_num_envs``, ``time_per_step_records``, ``flat_until``, ``flat_lines``,
-  ``same_cost_checks``: the flat stretch of time per step, where more games cost nothing (04);
+  ``same_cost_checks``: the flat stretch of time per step, where more games cost nothing;
 - ``sync_cost_throughput``, ``audit_sync_points``, ``sync_costs``, ``sync_cost_lines``: the env's
-  step with each sync point put back, its steps/s, and the syncs the audit counts (04);
+  step with each sync point put back, its steps/s, and the syncs the audit counts;
 - ``read_cost_throughput``, ``read_cost_table``: the sync-free step with k host reads after it,
-  the cost of k synchronizations against none on the device at hand (04).
+  the cost of k synchronizations against none on the device at hand.
 
-The env builders and the throughput records they share with notebook 03 are in :mod:`.envs`.
+It builds on ``bench.envs`` (the env builders), ``bench.env_records`` and ``bench.fps_claims``.
 """
 
 from __future__ import annotations
@@ -30,24 +29,22 @@ from ..snake import rules
 from ..snake.naive_tensor import SYNC_POINTS, NaiveTensorSnake
 from ..snake.rules import NUM_ACTIONS
 from ..snake.vec import VecSnake
+from .env_records import env_step_records
 from .envs import (
     ACTION_SETS,
-    NO_GPU_RECORD,
     SEED,
     check_machine,
     cycling_steps,
     default_vec_num_envs,
     device_type,
-    env_step_records,
-    gpu_per_machine,
     run_jobs,
-    spread_or_zero,
 )
+from .fps_claims import NO_GPU_RECORD, gpu_per_machine, spread_or_zero
 
 
 def default_scaling_num_envs(device: str | torch.device | None = None) -> tuple[int, ...]:
-    """N for notebook 04's steps/s against N: 1 to 262,144 on a CPU (a longer run than notebook
-    03's, still a few seconds per size), :func:`default_vec_num_envs` on a GPU; small in quick mode."""
+    """N for notebook 04's steps/s against N: 1 to 262,144 on a CPU (a few seconds per size),
+    :func:`default_vec_num_envs` on a GPU; small in quick mode."""
     if device_type(device) == "cpu":
         return pick(full=tuple(4**k for k in range(10)), quick=(1, 16, 256))
     return default_vec_num_envs(device)

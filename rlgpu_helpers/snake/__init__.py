@@ -6,6 +6,8 @@
 - ``widgets``: ``SnakePlayer``, play by hand, and ``ReplayPlayer``, step through a recorded game (01);
 - ``cpu_vector``: many ``SnakeEnv`` through gymnasium's Sync/AsyncVectorEnv (03);
 - ``vec``: ``VecSnake``, N games as tensors on any device, no host syncs in ``step`` (03, 04);
+- ``vec_state``: ``VecSnake``'s state as tensors, each game read, written and checked (03, 04);
+- ``vec_observe``: ``VecSnake``'s observations, read from its state with no host sync (03, 04);
 - ``naive_tensor``: ``NaiveTensorSnake``, the bad example (04): a tensor Snake written the common
   way, each of its host syncs a switch, to measure what they cost.
 """

@@ -1,51 +1,26 @@
 """``NaiveTensorSnake``: the bad example of notebook 04, a tensor Snake written the common way.
 
-**Do not use this env to train.** It exists to be measured. It plays by the same rules as
-``SnakeEnv`` and ``VecSnake`` (the tests run it in lockstep with ``SnakeEnv``), and it keeps N
-games in tensors on any device, as ``VecSnake`` does. But it is written the way tensor envs are
-usually written in tutorials and blog posts, and four of its habits make the host wait for the
-GPU on every step (a *host-device synchronization*, see ``gpu.sync``):
+**Do not use this env to train.** It exists to be measured. It plays by the rules of ``SnakeEnv``
+and ``VecSnake`` (the tests run it in lockstep with ``SnakeEnv``) with N games in tensors on any
+device, but it is written as tutorials write tensor envs, and four habits make the host wait for
+the GPU on every step (a *host-device synchronization*, see ``gpu.sync``):
 
 ``"mask_reset"``
-    Finished games are reset through boolean masks, ``life[done] = start_life``: indexing with a
-    boolean mask needs the number of ``True`` entries on the host before it can launch anything,
-    so it runs ``nonzero`` and waits for its result.
+    ``life[done] = start_life``: a boolean mask needs its count of ``True`` on the host (``nonzero``).
 ``"if_any"``
-    A Python ``if`` on a tensor, ``if done.any(): reset(...)`` (and the same before placing food):
-    Python needs the value of ``done.any()`` to choose a branch, so it waits for it.
+    ``if done.any(): reset(...)``: Python needs the value to choose a branch.
 ``"nonzero_food"``
-    New food is placed by listing the games that need it with ``need.nonzero()`` and drawing a
-    free cell of each with ``torch.multinomial``: the list's length depends on the data, so the
-    host waits for it (and ``multinomial`` checks its input on the host in some torch versions).
+    ``need.nonzero()`` and ``torch.multinomial`` to place food: a length that depends on the data.
 ``"item_logging"``
-    The step adds its total reward and the number of finished games to Python counters with
-    ``.item()``, for logging: each ``.item()`` copies a value to the host and waits for it.
+    ``.item()`` on the step's reward and finished games, for logging: each copies and waits.
 
-Each habit is a switch (``syncs=``), so notebook 04 can turn one on at a time and measure what
-it costs. With a switch off, the same job is done without a synchronization:
-
-* ``mask_reset`` off: ``torch.where(done, start, state)`` over every game, and ``masked_fill_``;
-* ``if_any`` off: the reset and the food placement always run, over every game (games that need
-  nothing keep their values through ``torch.where``);
-* ``nonzero_food`` off: every game draws a random number per cell, and the free cell with the
-  largest one becomes the food (``argmax``): uniform over the free cells, except that two equal
-  float32 draws resolve to the first (a chance of about one in ten million per pair);
-* ``item_logging`` off: the counters stay on the device (``stats()`` reads them when asked).
-
-With every switch off (``syncs=()``) a step makes no synchronization, like ``VecSnake``. It is
-still slower than ``VecSnake`` at large N, for a reason that has nothing to do with syncs: its
-state is a board of ``H x W`` remaining lifetimes per game, and a step decrements the whole
-board and scans it for free cells (O(H W) per game), where ``VecSnake`` touches a few cells.
-
-The state: ``life[n, r, c]`` is how many more steps cell (r, c) of game n stays body (the head
-holds the snake's length, the tail 1, empty cells 0); the head as (row, col); the heading; the
-food as (row, col). Food is drawn from a ``torch.Generator`` on the env's device: the same seed
-gives the same games on the same device (not across devices, nor between ``nonzero_food`` on
-and off, which draw differently).
-
-Actions are checked as ``VecSnake`` checks them, without a synchronization
-(``gpu.sync.DeferredCheck``; ``check_action_values=False`` switches the check off), so that the
-only synchronizations are the four switched ones.
+Each habit is a switch (``syncs=``), so notebook 04 can turn one on at a time and measure it;
+switched off, the same job is done without a sync (:data:`SYNC_FREE_CODE`). With every switch off
+a step makes no synchronization, like ``VecSnake``, yet is still slower at large N: its state is a
+board of ``H x W`` remaining lifetimes per game (the head holds the snake's length, the tail 1),
+decremented and scanned every step, where ``VecSnake`` touches a few cells. Actions are checked
+without a sync (``gpu.sync.DeferredCheck``), so the only syncs are the four switched ones. The same
+seed gives the same games on one device, but not across devices nor ``nonzero_food`` settings.
 """
 
 from __future__ import annotations
@@ -103,11 +78,10 @@ class NaiveTensorSnake(VectorEnv):
     Args:
         num_envs, height, width, obs_type, max_steps_without_food, device, seed,
             check_action_values: as for ``VecSnake``.
-        syncs: which of the four synchronizing habits (:data:`SYNC_POINTS`) to use; all of them
-            by default (a typical tutorial env), ``()`` for none (see the module docstring).
+        syncs: which of the synchronizing habits (:data:`SYNC_POINTS`) to use; all by default (a
+            typical tutorial env), ``()`` for none.
 
-    ``step(actions)`` returns ``(obs, reward, terminated, truncated, info)`` exactly as
-    ``VecSnake.step`` does (same-step auto-reset, ``info["final_obs"]``, ``info["episode"]``).
+    ``step(actions)`` returns ``(obs, reward, terminated, truncated, info)`` as ``VecSnake.step`` does.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
@@ -376,15 +350,12 @@ class Agreement(dict):
 
 
 def agreement(first, second, *, steps: int, seed: int = 0) -> Agreement:
-    """Step two envs of the same size side by side with the same random actions and count where
-    they disagree.
+    """Step two envs of the same size side by side with the same random actions; count where they disagree.
 
-    Both are reset with ``seed``. After each step, every game's reward, ``terminated`` and
-    ``truncated`` are compared, and the state of every game that neither ate nor ended (body,
-    heading, food, steps since food). Food placement is random in each env, so where a game has
-    just had food placed (after a meal, a restart, or the reset), its body is compared and the
-    first env's food copied into the second (``set_state``). Then the whole observations are
-    compared. Returns an :class:`Agreement`; a correct pair has 0 disagreements.
+    Both are reset with ``seed``. After each step, every game's reward, ``terminated``, ``truncated``
+    and observation are compared, and the state of every game that neither ate nor ended. Food is
+    random in each env, so where food was just placed, the bodies are compared and the first env's
+    food copied into the second. Returns an :class:`Agreement`: 0 disagreements for a correct pair.
     """
     steps = check_int("steps", steps)
     if first.num_envs != second.num_envs:
