@@ -23,24 +23,27 @@ Where each lesson's helpers live:
                                   learn.nets, learn.naive_dqn, learn.evaluate, replay.naive,
                                   bench.loop, measure.claims (used by every lesson after it)
 02    cpu_loop_tuning             bench.loop (rows, tables, plots), learn.naive_dqn (switches)
-03    vectorized_envs             snake.cpu_vector, snake.vec, bench.envs
+03    vectorized_envs             snake.cpu_vector, snake.vec, snake.vec_state,
+                                  snake.vec_observe, bench.envs, bench.env_records,
+                                  bench.fps_claims
 04    gpu_vectorized_env          snake.vec, snake.naive_tensor, gpu.sync, gpu.launches,
                                   bench.syncs, bench.launch
 05    transfers_and_replay        gpu.transfer, bench.transfers, replay (the registry),
                                   replay.base, replay.naive, replay.tensor, replay.pinned,
                                   replay.memmap, replay.prioritized, bench.replay,
                                   learn.dqn, core.logs
-06    batch_size_and_memory       gpu.memory, gpu.monitor, learn.profile, bench.batch_size
+06    batch_size_and_memory       gpu.memory, gpu.monitor, learn.profile, learn.settings,
+                                  bench.batch_size
 07    gradient_accumulation       gpu.accumulate, learn.ppo (accumulation), bench.accumulation
 08    mixed_precision             gpu.precision, learn.train_step, learn.tune (precision),
                                   bench.precision
 09    compile_and_graphs          gpu.graphs, learn.tune (launch settings), bench.graphs
 10    multi_gpu                   gpu.distributed, learn.ppo_ddp, bench.ddp
-11    capstone                    learn.ppo, learn.training, learn.checkpoint,
-                                  learn.agents, learn.tune (the capstone's settings),
+11    capstone                    learn.ppo, learn.training, learn.checkpoint, learn.agents,
+                                  learn.settings, learn.tune (the capstone's settings),
                                   bench.time_to_score, bench.ablation
 12    winning_the_board           learn.nets (shared trunks), learn.symmetry, learn.wins,
-                                  learn.shaping, learn.tune (the win preset),
+                                  learn.shaping, learn.settings (the win preset),
                                   learn.ppo (warm_up), learn.profile (device_timeline),
                                   bench.time_to_win, bench.win_speed
 ====  ==========================  ==========================================================

@@ -1,29 +1,21 @@
 """The ``accumulation`` bench suite: memory and time of an update against accumulation steps (introduced in notebook 07).
 
 ``python -m rlgpu_helpers bench accumulation`` runs :func:`measure_accumulation`. The workload is
-one DQN-style update of the course's networks (``learn.nets.QNetwork``: the MLP on
-``"features"`` observations, the CNN on ``"grid"`` ones): the Huber loss of Q(obs, action)
-against a target, Adam with PPO's ``eps``, gradient clipping, on a batch of real Snake
-observations. The batch (the *effective* batch) stays fixed while the accumulation steps K grow,
-so every point is the same update, computed in K micro-batches
-(:func:`~rlgpu_helpers.gpu.accumulate.accumulated_step`). Records:
+one DQN-style update of the course's networks (``learn.nets.QNetwork``, MLP and CNN): the Huber
+loss of Q(obs, action) against a target, Adam, gradient clipping, on real Snake observations.
+The effective batch stays fixed while the accumulation steps K grow, so every point is the same
+update in K micro-batches (``gpu.accumulate.accumulated_step``). Records:
 
 * ``"accumulation"``: for each network and K, the **peak memory** of one update beyond what was
-  allocated before it (MiB), measured by :func:`~rlgpu_helpers.gpu.memory.peak_memory`: on a GPU
-  the caching allocator's ``max_memory_allocated`` after ``reset_peak_memory_stats``, on a CPU the
-  profiler's memory accounting (``profile_memory=True``: every allocation and free the CPU
-  allocator reports during the update, added up in time order). And the **time per update**
-  (ms, median of repeated updates, IQR as the spread), measured apart, without the profiler.
-* ``"accumulated_gradient"``: for each network, float64 and float32, how far the gradient
-  accumulated over an uneven split is from the full-batch gradient: the largest difference as a
-  fraction of the gradient's largest element, in units of the float type's machine epsilon
-  (:func:`~rlgpu_helpers.gpu.accumulate.gradient_difference`). On a
-  GPU, float32 convolutions may run in TF32 (``torch.backends.cudnn.allow_tf32`` is on by
-  default), which the float32 figure then shows.
+  allocated before it (``gpu.memory.peak_memory``), and the **time per update**, measured apart,
+  without the profiler;
+* ``"accumulated_gradient"``: how far the gradient accumulated over an uneven split is from the
+  full batch's, in float64 and float32, in units of the type's machine epsilon
+  (``gpu.accumulate.gradient_difference``; on a GPU, float32 convolutions may run in TF32).
 
-The rest of the module is the notebook's: the proof as tables (:func:`proof_table`), the
-"forgot to divide by K" experiment (:func:`forgotten_division_table`), PPO's accumulation
-(:func:`ppo_gradient_table`, :func:`ppo_update_difference`) and :func:`cost_table`.
+The rest is the notebook's: the proof as tables (:func:`proof_table`), the "forgot to divide by
+K" experiment (:func:`forgotten_division_table`), PPO's accumulation (:func:`ppo_gradient_table`,
+:func:`ppo_update_difference`) and :func:`cost_table`.
 """
 
 from __future__ import annotations
@@ -169,12 +161,10 @@ def forgotten_division(net: str = "MLP", *, accumulation_steps: int = 4, updates
                        seed: int = 0) -> tuple[float, list[ForgottenDivision]]:
     """The update with each micro-batch's loss left unscaled against the right one, for SGD and Adam.
 
-    The batch is split into ``accumulation_steps`` equal micro-batches, so the mistake's gradient
-    is exactly ``accumulation_steps`` times the right one. For each optimizer and clipping
-    threshold, both are run for each number of ``updates`` from the same start (float64), and the
-    row holds ``|Δθ_mistake - Δθ_right| / |Δθ_right|`` (L2 norms of the parameter change). The
-    clipping thresholds are set from the right gradient's norm g: 2 g (only the mistake gets
-    clipped) and g / 2 (both get clipped). Returns ``(g, rows)``.
+    With ``accumulation_steps`` equal micro-batches, the mistake's gradient is exactly that many times
+    the right one. Both run ``updates`` updates from the same start (float64); a row holds
+    ``|Δθ_mistake - Δθ_right| / |Δθ_right|``, for clipping at 2 g (only the mistake is clipped) and
+    g / 2 (both are), g the right gradient's norm. Returns ``(g, rows)``.
     """
     steps = check_int("accumulation_steps", accumulation_steps, 2)
     updates = check_ints("updates", updates)
@@ -294,13 +284,11 @@ def update_cost(device: str | torch.device | None = None, *, nets=tuple(NETS), b
                 accumulation_steps=None, progress: bool = True, seed: int = 0) -> list[Record]:
     """Peak memory and time of one update at a fixed effective batch, for each network and K.
 
-    See the module docstring for the workload and how each is measured. Records: name
-    ``"accumulation"``, variant the network, metrics ``"peak memory"`` (MiB, no spread: the
-    allocations of an update do not vary, after two warm-up updates) and ``"time per update"``
-    (ms, median and IQR), params ``{"accumulation_steps", "batch", "device"}``. The peak is that
-    of the second of two profiled updates: on a CPU the profiler's accounting learns a block's size when it sees
-    the block allocated, so the first profiled update would miss the free of the gradients it
-    replaces (``zero_grad(set_to_none=True)``) and count them twice.
+    Records ``"accumulation"``, variant the network: ``"peak memory"`` (MiB, no spread: an update's
+    allocations do not vary) and ``"time per update"`` (ms, median and IQR), params
+    ``{"accumulation_steps", "batch", "device"}``. The peak is the second of two profiled updates: a
+    CPU profiler learns a block's size when it sees it allocated, so the first would miss the free of
+    the gradients it replaces and count them twice.
     """
     device = get_device(device, param="device")
     nets = check_choices("nets", nets, tuple(NETS))
@@ -332,10 +320,9 @@ def gradient_records(device: str | torch.device | None = None, *, batch_size: in
                      accumulation_steps: int = 3, seed: int = 0) -> list[Record]:
     """The accumulated gradient against the full batch's on ``device``, each network, float64 and float32.
 
-    Records: name ``"accumulated_gradient"``, variant the network, metric ``"max |difference| /
-    max |gradient|"`` in units of the float type's machine epsilon (``"x dtype epsilon"``: a few
-    means rounding), params ``{"dtype", "accumulation_steps", "batch", "device"}``. The default
-    splits 1000 rows unevenly: 334 + 333 + 333.
+    Records ``"accumulated_gradient"``, variant the network, metric ``"max |difference| / max
+    |gradient|"`` in ``"x dtype epsilon"`` (a few means rounding), params ``{"dtype",
+    "accumulation_steps", "batch", "device"}``. The default split is uneven.
     """
     device = get_device(device, param="device")
     machine = machine_of(device)

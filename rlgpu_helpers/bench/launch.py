@@ -4,31 +4,18 @@ A step of ``VecSnake`` is a fixed list of tensor operations over N games. Its ti
 floors, and the larger one is the ceiling on its throughput:
 
 * **the launch floor**, ``launches per step x the time of one tiny operation``: every operation
-  pays a fixed cost however small its tensors (Python, PyTorch's dispatcher, and on a GPU the
-  kernel launch), so no step can be faster than its operations' fixed costs added up. It does
-  not depend on N.
-* **the memory floor**, ``bytes per game x N / memory bandwidth``: every operation reads its
-  inputs and writes its outputs, and once N is large they no longer fit in a cache, so no step
-  can be faster than moving those bytes at the device's copy bandwidth (notebook 00). It grows
-  in proportion to N.
+  pays a fixed cost however small its tensors (Python, the dispatcher, a GPU's kernel launch).
+  It does not depend on N.
+* **the memory floor**, ``bytes per game x N / memory bandwidth``: once N is large the tensors no
+  longer fit in a cache, and every byte read and written moves at the device's copy bandwidth
+  (``bench.ceilings.memory_bandwidth``). It grows in proportion to N.
 
-Where the launch floor is the larger one the step is *launch-bound*: more games cost almost
-nothing (the flat part of the time-per-step curve). Where the memory floor is larger it is
-*bandwidth-bound*: twice the games take twice the time. The two cross at
-:attr:`Ceilings.crossover`.
-
-What is measured, and how:
-
-* :func:`op_latency`: the time of ``a + b`` on one-element tensors, the smallest operation there
-  is (the fastest of several timed runs, as for a ceiling), and of ``(a + b).item()``, which
-  also waits for the result on the host: a host-device synchronization's round trip.
-* :func:`~rlgpu_helpers.gpu.launches.count_launches` and
-  :func:`~rlgpu_helpers.gpu.launches.traffic_bytes` (in ``gpu/launches.py``): operations
-  launched and bytes moved per call.
-* :func:`profile_vec_snake` applies both counts to ``VecSnake`` steps; the bytes are measured at
-  two N, and their difference divided by the difference in N gives the bytes per game.
-* :func:`bandwidth_lines`: the copy bandwidth of notebook 00's ``memory_bandwidth``, beside the
-  same copy stored by another run of the same machine label (why two runs can differ).
+Below :attr:`Ceilings.crossover` the step is *launch-bound*: more games cost almost nothing (the
+flat part of the time-per-step curve). Above it, *bandwidth-bound*: twice the games, twice the
+time. Measured: :func:`op_latency`, the time of ``a + b`` on one-element tensors and of
+``(a + b).item()`` (a synchronization's round trip); :func:`profile_vec_snake`, ``gpu.launches``'
+counts of launches and bytes for ``VecSnake`` steps, the bytes at two N giving the bytes per game;
+and :func:`bandwidth_lines`, the copy bandwidth beside another run's of the same machine label.
 """
 
 from __future__ import annotations
@@ -64,11 +51,9 @@ CEILING_NAME = "env_step_ceilings"
 def op_latency(device: str | torch.device | None = None, *, machine: str | None = None) -> list[Record]:
     """The time of the smallest operation on ``device``, and of the same with a host read.
 
-    Two records named ``"op_latency"``, metric ``"time per call"`` in µs, params ``{"device"}``:
-    ``a + b`` on one-element tensors (:data:`TINY_OP`), and ``(a + b).item()``
-    (:data:`ROUND_TRIP`), which waits for the result: on a GPU a synchronization's round trip.
-    Each is the fastest of several runs of many calls (other programs only slow a run down),
-    with the interquartile range of the runs as its spread.
+    Two records ``"op_latency"``, ``"time per call"`` in µs: ``a + b`` on one-element tensors
+    (:data:`TINY_OP`) and ``(a + b).item()`` (:data:`ROUND_TRIP`), which waits for the result. Each is
+    the fastest of several runs (other programs only slow a run down), the runs' IQR its spread.
     """
     device = get_device(device)
     label = machine if machine is not None else machine_of(device)
@@ -230,10 +215,9 @@ def bandwidth_lines(copies: Sequence[Record], stored: Sequence[Record] = ()) -> 
     """What :func:`~rlgpu_helpers.bench.ceilings.memory_bandwidth` measured, one line per machine,
     each followed by the same copy stored in ``stored`` for that machine label by another run.
 
-    A line gives the largest ``"device copy"`` (the memory ceiling) and the figure at every size.
-    The stored lines let a student compare two runs of the same measurement on the same kind of
-    machine (notebook 00 makes one, ``python -m rlgpu_helpers bench --save`` stores one): the
-    code, the sizes and what is counted (2 x size / time, the read and the write) are the same.
+    A line gives the largest ``"device copy"`` (the memory ceiling) and the figure at every size, so
+    two runs of the same measurement on the same kind of machine can be compared: the code, the
+    sizes and what is counted (2 x size / time, the read and the write) are the same.
     """
     copies, stored = check_records(copies, "copies"), check_records(stored, "stored")
     lines = []
@@ -275,11 +259,10 @@ def _matching(throughput: Sequence[Record], ceilings: Ceilings) -> list[Record]:
 def ceiling_records(throughput: Sequence[Record], ceilings: Ceilings) -> list[Record]:
     """The measured time per step of ``ceilings``' env at each N beside its memory floor, as records.
 
-    ``throughput``: ``env_step`` records (other machines, variants and devices are ignored).
-    Returns records named ``"env_step_ceilings"``, metric ``"time per step"`` in µs: variant
-    "measured: <env>" (with the measurement's spread) and "memory floor: <bytes> B/game at
-    <GB/s> GB/s", one per N. The launch floor does not depend on N: draw it as a line
-    (:attr:`Ceilings.launch_floor_us`).
+    ``throughput``: ``env_step`` records (other machines, variants and devices are ignored). Returns
+    records ``"env_step_ceilings"``, ``"time per step"`` in µs: variant "measured: <env>" and "memory
+    floor: <bytes> B/game at <GB/s> GB/s", one per N. The launch floor does not depend on N: draw it
+    as a line (:attr:`Ceilings.launch_floor_us`).
     """
     if not isinstance(ceilings, Ceilings):
         raise TypeError(f"ceilings={ceilings!r} must be Ceilings (from make_ceilings)")

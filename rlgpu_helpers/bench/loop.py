@@ -31,16 +31,13 @@ BASELINE, BASELINE_AGAIN = "baseline", "baseline, again"
 def tuning_rows(base: LoopSettings | None = None, *, learn_every: int = 4,
                 batch_sizes: tuple[int, ...] = (64, 128), together_threads: int | None = 1
                 ) -> dict[str, LoopSettings]:
-    """The rows of notebook 02: the baseline, each tuning alone, the tunings together, and the
-    baseline again.
+    """The rows of notebook 02: the baseline, each tuning alone, the tunings together, the baseline again.
 
-    ``base`` (default ``LoopSettings()``) gives the hyperparameters of every row. The thread-count
-    rows use one thread and every logical core this process may use ("all cores", PyTorch's
-    default, which the baseline keeps). "All together" turns on the four code-path switches and
-    runs on ``together_threads`` threads (None: the baseline's); it keeps the baseline's batch
-    size, since a batch size changes what the agent learns, not only how fast. The last row
-    measures the baseline a second time: the difference between the two is this machine's
-    noise (:func:`machine_noise`), against which every tuning is judged.
+    ``base`` (default ``LoopSettings()``) gives every row's hyperparameters. The thread rows use one
+    thread and every core this process may use (PyTorch's default, the baseline's). "All together"
+    turns on the four code-path switches on ``together_threads`` threads and keeps the baseline's
+    batch size, which changes what the agent learns, not only how fast. The baseline measured twice
+    gives this machine's noise (:func:`machine_noise`), against which every tuning is judged.
     """
     base = base if base is not None else LoopSettings()
     if not isinstance(base, LoopSettings):
@@ -221,10 +218,9 @@ TUNING_CLAIMS = (
 def tuning_verdicts(measurements: dict[str, LoopMeasurement]) -> list[Verdict]:
     """The guide's claims about the tunings, each judged against this machine's noise.
 
-    A tuning's factor is a ratio of two measurements, each as uncertain as the two baselines
-    disagree (:func:`machine_noise`), so its spread adds that noise twice in quadrature. The
-    guide's absolute figures (about 435 steps/s before, 2,050 after) are judged against the
-    rows' interquartile ranges. A row that was not measured (on one core: "all cores") is left out.
+    A tuning's factor is a ratio of two measurements, each as uncertain as the two baselines disagree
+    (:func:`machine_noise`), so its spread adds that noise twice in quadrature. The guide's absolute
+    figures are judged against the rows' interquartile ranges. A row not measured is left out.
     """
     noise = machine_noise(measurements)
     verdicts = []

@@ -1,25 +1,18 @@
 """The ``replay`` bench suite: every replay buffer sampled, weighed and trained with (notebook 05).
 
 ``python -m rlgpu_helpers bench replay`` runs :func:`measure_replay`, three measurements of the
-buffers of :mod:`rlgpu_helpers.replay` (by their short names, ``replay.base.KINDS``):
+buffers of :mod:`rlgpu_helpers.replay` (by their short names, ``replay.KINDS``):
 
-* ``"replay_sample"``: samples/s against batch size (:func:`sampling_throughput`). Each buffer
-  is filled to ``capacity`` with random transitions, then ``sample(batch_size)`` is timed,
-  the batch delivered on the learner's device. When TorchRL is installed (extra ``compare``)
-  its ``ReplayBuffer`` with ``LazyTensorStorage`` and ``LazyMemmapStorage``, and its
-  ``PrioritizedReplayBuffer``, are timed in the same run at the same capacity and batch sizes
-  (:data:`TORCHRL`), their batches moved to the learner's device too;
-* ``"replay_memory"``: the bytes each buffer's storage takes at that capacity, by place (host,
-  pinned, device, files), in MiB;
-* ``"replay_dqn"``: env steps/s of the course's vectorized DQN (``learn.dqn.DQN``) with each buffer:
-  what a buffer costs inside a training loop, where it shares the step with the env and the
-  network.
+* ``"replay_sample"``: samples/s against batch size (:func:`sampling_throughput`), each buffer
+  filled to ``capacity``, the batch delivered on the learner's device; TorchRL's buffers
+  (:data:`TORCHRL`) in the same run when it is installed (extra ``compare``);
+* ``"replay_memory"``: the MiB each buffer's storage takes, by place (host, pinned, device, files);
+* ``"replay_dqn"``: env steps/s of ``learn.dqn.DQN`` with each buffer: what a buffer costs inside a
+  training loop, sharing the step with the env and the network.
 
-On a CPU, ``"tensor"`` and ``"host"`` are the same buffer (there is no other memory), so only
-``"tensor"`` is measured; ``"pinned"`` is a host buffer whose prefetch has no stream to run on.
-:func:`target_checks` states the lesson's targets against the records, and
-:func:`replay_claim_checks` judges the guide's two statements on replay memory (they need a GPU
-record, from this run or from ``data/reference/``).
+On a CPU, ``"tensor"`` and ``"host"`` are the same buffer, so only ``"tensor"`` is measured, and
+``"pinned"`` has no stream to prefetch on. :func:`target_checks` states the lesson's targets;
+:func:`replay_claim_checks` judges the guide's statements on replay memory (on GPU records).
 """
 
 from __future__ import annotations
@@ -251,10 +244,9 @@ def buffer_sync_table(device: str | torch.device | None = None, *, kinds=AUDITED
     """The sync audit (``gpu.sync.audit_syncs``) of each buffer's ``add`` and ``sample``, and of
     ``update_priorities`` for the prioritized one: the synchronizations each call makes.
 
-    A call is audited after one untimed call of its own (which pays one-time set-up). On a CPU
-    the audit applies the rules of what would synchronize on a GPU. On CUDA a last column gives the profiler's count of the runtime
-    calls that make the host wait (:func:`runtime_waits`), which also sees a wait on an event
-    (``PinnedReplayBuffer.sample`` waiting for the last ``add``'s copies).
+    Each call is audited after one untimed call. On a CPU the audit applies the GPU rules; on CUDA a
+    last column counts the runtime calls that make the host wait (:func:`runtime_waits`), which also
+    sees a wait on an event (``PinnedReplayBuffer.sample`` waiting for the last ``add``'s copies).
     """
     device = get_device(device, param="device")
     kinds = check_choices("kinds", kinds, tuple(KINDS))

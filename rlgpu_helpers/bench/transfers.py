@@ -1,22 +1,19 @@
 """The ``transfers`` bench suite: host-device copies and their overlap with compute (introduced in notebook 05).
 
-``python -m rlgpu_helpers bench transfers`` runs :func:`measure_transfers`, which gathers what
-it measures with :mod:`rlgpu_helpers.gpu.transfer`'s copies and loops into records, so that a GPU machine's reference file
-carries the lesson to students without a GPU:
+``python -m rlgpu_helpers bench transfers`` runs :func:`measure_transfers`, which turns
+``gpu.transfer``'s copies and loops into records, so a GPU machine's reference file carries the
+lesson to students without a GPU:
 
 * ``"transfer"``: GB/s against size for pageable, pinned, ``pin_memory()`` then copy and
-  ``non_blocking``, in both directions (:func:`transfer_bandwidth`;
-  :func:`pinned_claim` judges the guide's "2-3x faster" at :data:`CLAIM_BYTES`);
-* ``"prefetch"``: ms per batch, copy then compute vs prefetch on a side stream
-  (:func:`prefetch_time`);
-* ``"non_blocking_read"``: the % of values wrong when a ``non_blocking`` copy to the host is
-  read before synchronizing, and after (:func:`~rlgpu_helpers.gpu.transfer.read_before_sync`);
-* ``"host_link"``: the nominal GB/s per direction of the GPU's PCIe link, as nvidia-smi
-  reports it (read, not measured: :func:`~rlgpu_helpers.gpu.transfer.nominal_link`).
+  ``non_blocking``, both ways (:func:`transfer_bandwidth`; :func:`pinned_claim` judges the
+  guide's "2-3x faster" at :data:`CLAIM_BYTES`);
+* ``"prefetch"``: ms per batch, copy then compute vs prefetch on a side stream (:func:`prefetch_time`);
+* ``"non_blocking_read"``: the % of values wrong when a ``non_blocking`` copy to the host is read
+  before synchronizing, and after (``gpu.transfer.read_before_sync``);
+* ``"host_link"``: the nominal GB/s of the GPU's PCIe link, read from nvidia-smi.
 
-On a CPU only the first two can be measured (copies between host buffers, the compute loop
-alone); the suite prints what it skipped. :func:`link_table` sets each machine's fastest
-measured copy beside its nominal link.
+On a CPU only the first two are measured (host-to-host copies, the compute loop alone), and the
+suite prints what it skipped. :func:`link_table` sets each machine's fastest copy beside its link.
 """
 
 from __future__ import annotations
@@ -164,23 +161,13 @@ def transfer_bandwidth(device: str | torch.device | None = None, *, sizes=None, 
                        directions=DIRECTIONS, progress: bool = True) -> list[Record]:
     """GB/s of copying ``sizes`` bytes between host and ``device``, for each variant and direction.
 
-    Variants (:data:`VARIANTS`), all copying into a buffer allocated beforehand:
-
-    * ``"pageable"``: from (or to) an ordinary host tensor;
-    * ``"pinned"``: from (to) a pinned host tensor; the host waits for each copy;
-    * ``"pin_memory() then copy"``: ``pageable.pin_memory()`` then a ``non_blocking`` copy, the
-      pinning counted in the time. Host to device only: a copy back has nothing to pin first;
-    * ``"non_blocking"``: from (to) pinned memory with ``non_blocking=True``: the host queues
-      the copies without waiting and synchronizes once at the end of each timed run.
-
-    GB/s is bytes / seconds (10⁹ bytes), the median of the timed runs, with their IQR as the
-    spread. Each run repeats the copy long enough to be timed well (about 0.05 s at full size).
-    ``sizes`` (bytes, each from 1 KiB to 1 GiB) defaults to :func:`default_sizes`.
-
-    Records: name ``"transfer"``, metric ``"bandwidth"``, unit ``"GB/s"``, params
-    ``{"bytes", "direction"}``. Pinned memory needs CUDA: on any other device only pageable
-    copies are measured (on a CPU, between two host buffers: direction ``"host to host"``, a
-    baseline of the host's own memory, not a transfer) and what was skipped is printed.
+    Variants (:data:`VARIANTS`), each into a buffer allocated beforehand: ``"pageable"`` (an ordinary
+    host tensor), ``"pinned"`` (the host waits for each copy), ``"pin_memory() then copy"`` (pinning
+    counted; host to device only) and ``"non_blocking"`` (pinned; one synchronization per timed run).
+    GB/s is 10⁹ bytes per second, the median of the timed runs with their IQR as the spread.
+    ``sizes`` defaults to :func:`default_sizes`. Records: ``"transfer"``, ``"bandwidth"`` in GB/s,
+    params ``{"bytes", "direction"}``. Without CUDA only pageable copies are measured (on a CPU,
+    ``"host to host"``: the host's own memory, not a transfer), and what was skipped is printed.
     """
     device = get_device(device, param="device")
     sizes = _check_sizes(default_sizes() if sizes is None else sizes)
@@ -241,10 +228,9 @@ def prefetch_time(device: str | torch.device | None = None, *, rows: int | None 
                   width: int | None = None, batches: int | None = None) -> list[Record]:
     """Milliseconds per batch, copying each batch then computing on it vs prefetching on a side stream.
 
-    Each batch is ``rows x width`` float32 (default on a GPU 4096 x 4096: 64 MiB, a copy about
-    as long as its matmul on a recent GPU); a timed run goes through ``batches`` of them. Records: name
-    ``"prefetch"``, metric ``"time per batch"``, unit ``"ms"``, params ``{"bytes", "batches"}``,
-    the median run with its IQR as the spread. On a CPU: one record, the compute loop alone.
+    Each batch is ``rows x width`` float32 (``gpu.transfer.prefetch_sizes``), ``batches`` of them per
+    timed run. Records: ``"prefetch"``, ``"time per batch"`` in ms, params ``{"bytes", "batches"}``,
+    the median run with its IQR. On a CPU: one record, the compute loop alone.
     """
     device = get_device(device, param="device")
     rows, width, batches = prefetch_sizes(device, rows, width, batches)

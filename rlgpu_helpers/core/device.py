@@ -127,13 +127,11 @@ _MALLOC_TUNED = False
 def retain_freed_memory() -> bool:
     """Stop glibc from handing freed memory back to the OS after every large free (CPU only).
 
-    A tensor env on the CPU allocates and frees several megabytes per step. By default glibc
-    returns the freed top of its heap to the operating system, and the next step pays a page
-    fault for every 4 KiB it takes back: on the 2-core course machine that tripled the time of a
-    ``VecSnake`` step with grid observations. This raises glibc's trim threshold (1 GiB) and
-    mmap threshold (32 MiB, its maximum) once per process with ``mallopt``, so freed memory is
-    reused instead. ``VecSnake`` calls it for CPU envs; it does nothing where the C library is
-    not glibc. Returns whether the setting is in effect.
+    A tensor env on the CPU allocates and frees megabytes per step; glibc returns the freed top of its
+    heap to the OS, and the next step pays a page fault per 4 KiB it takes back. This raises glibc's
+    trim threshold (1 GiB) and mmap threshold (32 MiB, its maximum) once per process with ``mallopt``,
+    so freed memory is reused. ``VecSnake`` calls it for CPU envs; it does nothing without glibc.
+    Returns whether the setting is in effect.
     """
     global _MALLOC_TUNED
     if not _MALLOC_TUNED and sys.platform.startswith("linux"):

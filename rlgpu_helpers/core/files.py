@@ -1,19 +1,15 @@
 """The course's files: where ``data/`` is, and writes that never leave half a file.
 
-Introduced in notebook 00. :func:`data_dir` finds the checkout's ``data/`` folder (reference
-results, trained agents). :func:`atomic_write` writes benchmark records (notebook 00) and
-training checkpoints (notebook 11) so that each file is either the old complete version or the
-new complete one, never half of one. A kill in the middle of a write (Ctrl-C, a Colab
-disconnect, a preempted machine) must not leave a truncated file that breaks the next run. So
-the data goes to a temporary file in the same folder, is flushed to disk, and only then renamed
-over the target: a rename within one file system is atomic. A kill during the write leaves at
-most a stray ``*.tmp`` file, which nothing reads. A full disk (or a file-size limit) is one
-:class:`DiskFullError` naming the file and the bytes it needed, and the file there before stays.
+Introduced in notebook 00. :func:`data_dir` finds the checkout's ``data/`` folder.
+:func:`atomic_write` writes benchmark records and training checkpoints (notebook 11) so that a
+kill mid-write (Ctrl-C, a Colab disconnect, a preempted machine) leaves the old complete file or
+the new one, never half of one: the data goes to a temporary file in the same folder, is flushed,
+and is renamed over the target (atomic within one file system). A full disk is one
+:class:`DiskFullError` naming the file and the bytes, and the file there before stays.
 
-:func:`exclusive_lock` keeps two processes from writing one thing at once: two ``bench --save``
-runs merging into one reference file, two ``train`` runs checkpointing into one folder. The lock
-is the operating system's (``flock``), so it dies with its process: a lock file left by a killed
-run is stale and is taken over, with a line that says so.
+:func:`exclusive_lock` keeps two processes from writing one thing at once (two ``bench --save``
+merging into one reference file, two ``train`` runs into one folder). The lock is the operating
+system's (``flock``), so it dies with its process, and a killed run's lock file is taken over.
 """
 
 from __future__ import annotations

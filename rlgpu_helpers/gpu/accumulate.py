@@ -1,42 +1,27 @@
 """Gradient accumulation: one optimizer step over a batch taken in K micro-batches (introduced in notebook 07).
 
-A batch too big for the device's memory can still be learned from in one step: split it into
-micro-batches, run forward and backward on each in turn (``backward`` *adds* into ``.grad``),
-and step the optimizer once at the end. Only one micro-batch's activations are alive at a time,
-so the memory an update needs falls with the micro-batch, while its time usually grows (K smaller
-passes, each paying its fixed costs, instead of one big one).
+A batch too big for memory can still make one step: run forward and backward on each micro-batch
+in turn (``backward`` *adds* into ``.grad``) and step once at the end. Only one micro-batch's
+activations are alive at a time, so memory falls with the micro-batch, while time usually grows.
 
-It equals the full batch only if each micro-batch's loss is scaled right. The full batch's loss
-is a mean over its B rows; a micro-batch of n_k rows returns the mean over its own rows, so
+It equals the full batch only if each micro-batch's loss is scaled right. A micro-batch of n_k
+rows returns the mean over its own rows, so for the batch's B rows
 
     L = (1/B) Σ_i ℓ_i = Σ_k (n_k / B) · mean_k ,    and so   ∇L = Σ_k (n_k / B) · ∇mean_k .
 
-:func:`accumulate_gradients` scales each micro-batch's loss by its **share** n_k / B before its
-``backward``, which is exact for any split, a smaller last micro-batch included. Dividing by K
-instead is the same only when every micro-batch has B / K rows; not dividing at all makes the
-gradient K times too big (``scaling`` names all three, so the notebook can show the two wrong
-ones). Anything computed from the whole batch, such as PPO's advantage normalization, must also
-be computed over the whole batch, not per micro-batch: ``learn.ppo`` shows how.
+:func:`accumulate_gradients` scales each loss by its **share** n_k / B, exact for any split;
+dividing by K is right only for equal micro-batches, not dividing makes the gradient K times too
+big (``scaling`` names all three). Statistics of the whole batch, such as PPO's advantage
+normalization, must stay over the whole batch (``learn.ppo`` shows how).
 
-:func:`accumulated_step` is the whole update: ``zero_grad``, the K backward passes, gradient
-clipping **once**, on the summed gradient (clipping each micro-batch's gradient would clip a
-different vector), and one ``optimizer.step()``. Nothing in it reads a value back to the host,
-so on a GPU it queues the whole update without waiting. Under ``DistributedDataParallel`` the
-first K - 1 micro-batches should run inside ``model.no_sync()``, so that only the last backward
-all-reduces: inside ``with sync_last_micro_batch_only(model.no_sync):`` :func:`accumulate_gradients`
-does that (notebook 10); outside it, nothing changes.
+:func:`accumulated_step` is the whole update: ``zero_grad``, the K backward passes, clipping
+**once**, on the summed gradient, and one ``optimizer.step()``; it reads nothing on the host. Under
+DDP, :func:`sync_last_micro_batch_only` all-reduces on the last backward only. An fp16
+``GradScaler`` scales each loss and unscales the sum before clipping; with a fused Adam its skip
+of an inf or NaN step is decided on the device too.
 
-With fp16 (notebook 08) a ``torch.amp.GradScaler`` joins in: each micro-batch's loss is multiplied
-by the scale before its ``backward``, the summed gradient is divided by it (``unscale_``) before
-it is clipped (clipping compares the true norm), and ``scaler.step`` skips a step whose gradient
-holds inf or NaN. ``scaler.step`` reads that verdict on the host unless the optimizer does it
-itself: a fused ``Adam`` does, so the update still queues without waiting.
-
-:func:`gradient_difference` and :func:`parameter_change` are the proof: the same model, the same
-batch, the gradient (or the optimizer's update) computed in one piece and accumulated, compared
-in any float type. In float64 the two agree to about 1e-16 of the gradient's size; in float32 to
-float32's rounding. Networks whose output for a row depends on the other rows of its batch
-(``BatchNorm``) are not equivalent under accumulation at all; the course's networks have none.
+:func:`gradient_difference` and :func:`parameter_change` are the proof: one piece against
+accumulated, in any float type (``BatchNorm``, whose rows depend on each other, never agrees).
 """
 
 from __future__ import annotations
@@ -65,12 +50,10 @@ def micro_batch_sizes(batch_size: int, *, accumulation_steps: int | None = None,
                       micro_batch_size: int | None = None) -> tuple[int, ...]:
     """Rows in each micro-batch of a batch of ``batch_size`` rows; give exactly one of the two.
 
-    * ``accumulation_steps=K``: K micro-batches whose sizes differ by at most one row, the larger
-      ones first (as ``torch.tensor_split``): 10 rows in 3 give (4, 3, 3). K must be at most
-      ``batch_size``, so that every micro-batch has a row.
-    * ``micro_batch_size=m``: micro-batches of m rows, the last one smaller when m does not divide
-      the batch: 10 rows by 4 give (4, 4, 2). The usual choice when memory decides: m is the
-      largest micro-batch that fits. An m of at least ``batch_size`` gives the batch in one piece.
+    * ``accumulation_steps=K``: K micro-batches differing by at most a row, the larger first (as
+      ``torch.tensor_split``): 10 rows in 3 give (4, 3, 3). K is at most ``batch_size``.
+    * ``micro_batch_size=m``: micro-batches of m rows, the last one smaller: 10 rows by 4 give
+      (4, 4, 2). The usual choice when memory decides: m, the largest micro-batch that fits.
     """
     batch_size = check_int("batch_size", batch_size)
     if (accumulation_steps is None) == (micro_batch_size is None):
@@ -157,9 +140,8 @@ def micro_batches(batch, *, accumulation_steps: int | None = None, micro_batch_s
 class _NoSync:
     """Where :func:`sync_last_micro_batch_only` leaves DDP's ``no_sync`` for :func:`accumulate_gradients`.
 
-    A plain attribute, not a ``ContextVar``: ``torch.compile`` cannot trace ``ContextVar.get``
-    (a graph break inside every compiled update, notebook 09), while it reads an attribute and
-    guards on its value. One setting per process, as DDP has one model per process.
+    A plain attribute, not a ``ContextVar``, which ``torch.compile`` cannot trace (a graph break in
+    every compiled update). One setting per process, as DDP has one model per process.
     """
 
     current: Callable[[], contextlib.AbstractContextManager] | None = None
@@ -172,8 +154,8 @@ _NO_SYNC = _NoSync()
 def sync_last_micro_batch_only(no_sync: Callable[[], contextlib.AbstractContextManager]):
     """Inside it, :func:`accumulate_gradients` runs every micro-batch but the last inside ``no_sync()``.
 
-    ``no_sync`` is DDP's ``model.no_sync``: its backward passes then only add into ``.grad``, and
-    the last one all-reduces the sum, once per batch instead of once per micro-batch (notebook 10).
+    ``no_sync`` is DDP's ``model.no_sync``: its backward passes only add into ``.grad``, and the last
+    one all-reduces the sum, once per batch instead of once per micro-batch (notebook 10).
     """
     if not callable(no_sync):
         raise TypeError(f"no_sync={no_sync!r} must be callable, such as DistributedDataParallel.no_sync")
@@ -189,17 +171,11 @@ def accumulate_gradients(loss_fn: Callable[[object], torch.Tensor], batch, *, ac
                          scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
     """Add into every ``.grad`` the gradient of the mean loss over ``batch``, one micro-batch at a time.
 
-    ``loss_fn(micro_batch)`` returns the **mean** loss over the rows of the micro-batch it is
-    given, as a scalar tensor; each one is multiplied by its share of the batch (``scaling``,
-    see :data:`SCALINGS`) and back-propagated before the next micro-batch runs, so only one
-    micro-batch's activations are alive at a time. The gradients add up in ``.grad`` as
-    ``backward`` always does: call ``optimizer.zero_grad()`` first (:func:`accumulated_step`
-    does). A batch taken in one piece runs ``loss_fn(batch).backward()`` exactly.
-
-    Returns the batch's loss (the sum of the scaled losses: the full-batch mean with
-    ``"share"``), detached and on the loss's device: reading it is left to the caller, so nothing
-    here waits for the device. A ``scaler`` multiplies each loss by its scale for ``backward``
-    only: the gradients come out scaled (``scaler.unscale_`` divides them back), the loss does not.
+    ``loss_fn(micro_batch)`` returns the **mean** loss over its rows, a scalar; each is multiplied by
+    its share (``scaling``, see :data:`SCALINGS`) and back-propagated before the next runs. Call
+    ``optimizer.zero_grad()`` first (:func:`accumulated_step` does). One piece runs
+    ``loss_fn(batch).backward()`` exactly. Returns the batch's loss, detached and left on the device.
+    A ``scaler`` scales each loss for ``backward`` only: the gradients come out scaled, the loss not.
     """
     scaling = check_choice("scaling", scaling, tuple(SCALINGS))
     if not callable(loss_fn):
@@ -252,11 +228,9 @@ def accumulated_step(optimizer: torch.optim.Optimizer, loss_fn: Callable[[object
                      scaler: torch.amp.GradScaler | None = None) -> AccumulatedStep:
     """One optimizer step on ``batch``, taken in micro-batches: the accumulated update.
 
-    ``optimizer.zero_grad(set_to_none=True)``, then :func:`accumulate_gradients` (see it for
-    ``loss_fn``, the split and ``scaling``), then, when ``max_grad_norm`` is given,
-    ``clip_grad_norm_`` once on the summed gradient of every parameter the optimizer holds, and
-    ``optimizer.step()``. With ``accumulation_steps=1`` it is the ordinary update, operation for
-    operation. With an fp16 ``scaler`` (the module docstring):
+    ``zero_grad(set_to_none=True)``, :func:`accumulate_gradients`, ``clip_grad_norm_`` once on the
+    summed gradient when ``max_grad_norm`` is given, and ``optimizer.step()``; with
+    ``accumulation_steps=1``, the ordinary update, operation for operation. With an fp16 ``scaler``:
 
         for each micro-batch: scaler.scale(loss).backward()
         scaler.unscale_(optimizer)         # the true gradient, before clipping measures it

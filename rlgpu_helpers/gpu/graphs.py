@@ -1,32 +1,20 @@
 """Fewer launches per step: ``torch.compile`` and CUDA graphs (introduced in notebook 09).
 
-A Snake step or a PPO minibatch update at small N is *launch-bound* (notebook 04): a hundred tiny
-operators, each paying a fixed cost, and almost no arithmetic. Two tools cut that cost:
+A Snake step or a PPO minibatch update at small N is *launch-bound* (``gpu.launches``): a hundred
+tiny operators, each paying a fixed cost, and almost no arithmetic. Two tools cut that cost:
 
 * ``torch.compile`` traces a function into a graph and fuses its operators into a few generated
-  kernels (Inductor: C++ on a CPU, Triton on a GPU). :func:`compile_step` compiles and times the
-  first call, which is the compile itself (seconds). :func:`graph_breaks` shows where tracing
-  stops (a host read, a call it cannot trace): each break splits the function into graphs with
-  Python in between. ``mode="reduce-overhead"`` also replays the compiled kernels as a CUDA
-  graph; on a CPU there are no CUDA graphs and it is the default mode. Without a C++ compiler (CPU)
-  or Triton (GPU) nothing compiles: :func:`compiler_missing` says why and how to get it, and the
-  learners run eagerly (:func:`compile_or_say_why`) and measurements leave compiled code out
-  (:func:`can_measure_compiled`), each with one printed line.
-* A CUDA graph records every kernel of one call once and replays them all with one launch.
-  :class:`CapturedStep` captures by hand, as the PyTorch CUDA notes say: warm-up calls on a side
-  stream, then the capture; later calls copy their inputs into the *static* inputs and replay.
-  What a replay returns are the *static* outputs, overwritten by the next replay: clone what you
-  keep. Nothing captured may read a value on the host, change shape, or allocate outside the
-  graph's pool. Random draws from torch's default CUDA generator are graph-safe (each replay
-  advances its offset), so replays draw fresh numbers.
-* An optimizer step inside a graph needs its state on the device: :func:`graph_safe_adam` gives
-  ``Adam(capturable=True)`` with the learning rate as a device tensor, which
-  :func:`set_learning_rate` changes in place (a new float would need a new capture, or a
-  recompile under ``torch.compile``).
-
-:func:`fastest_settings` times PPO iterations eager, compiled and (on CUDA) graph-captured on a
-device and returns the fastest ``PPOConfig`` settings, with its reasons, like notebook 08's
-precision policy.
+  kernels (C++ on a CPU, Triton on a GPU). :func:`compile_step` compiles and times the first call;
+  :func:`graph_breaks` shows where tracing stops (a host read, a call it cannot trace), splitting
+  the function with Python in between. Without a C++ compiler or Triton nothing compiles:
+  :func:`compiler_missing` says why, the learners run eagerly (:func:`compile_or_say_why`) and
+  measurements leave compiled code out (:func:`can_measure_compiled`), each with one printed line.
+* A CUDA graph records every kernel of one call and replays them with one launch.
+  :class:`CapturedStep` captures by hand, as the PyTorch CUDA notes say. A replay overwrites its
+  *static* outputs, and nothing captured may read a value on the host, change shape, or allocate
+  outside the graph's pool; random draws stay fresh (each replay advances the generator's offset).
+* An optimizer step inside a graph needs its state on the device: :func:`graph_safe_adam`, whose
+  learning rate is a device tensor that :func:`set_learning_rate` changes in place.
 """
 
 from __future__ import annotations
@@ -67,11 +55,9 @@ logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(_DropProfiler
 class Compiled:
     """A compiled function, and the seconds its first call took (the compile, mostly).
 
-    ``cuda_graphs_skipped``: under ``mode="reduce-overhead"``, why Inductor did not replay the
-    compiled code as CUDA graphs after all (one reason per graph it skipped; empty when it did,
-    and in the default mode). Inductor skips them quietly, for instance for a function that
-    mutates its inputs, and the call then runs as in the default mode: time it as graphed and
-    the number is a lie.
+    ``cuda_graphs_skipped``: under ``mode="reduce-overhead"``, why Inductor did not replay the compiled
+    code as CUDA graphs (one reason per graph; empty when it did). Inductor skips them quietly, and the
+    call then runs as in the default mode: timed as graphed, the number would be a lie.
     """
 
     fn: Callable
@@ -83,11 +69,8 @@ class Compiled:
 
 @contextlib.contextmanager
 def cuda_graph_skips():
-    """Collect, as a list, why Inductor skips CUDA graphs under ``reduce-overhead`` while the block runs.
-
-    Inductor logs each skip as a warning (on standard error: kept off it here) and counts it; on
-    a CPU it only counts. The list holds each logged reason, or a count where only counting happened.
-    """
+    """Collect, as a list, why Inductor skips CUDA graphs under ``reduce-overhead`` while the block runs:
+    each logged reason (kept off standard error), or a count where Inductor only counts (a CPU)."""
     reasons: list[str] = []
 
     def collect(record: logging.LogRecord) -> bool:  # a logger filter: keep the reason, drop the record
@@ -115,11 +98,9 @@ def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: 
                  device: str | torch.device | None = None) -> Compiled:
     """``torch.compile(fn, mode=mode, fullgraph=fullgraph)``, called once on ``example_args`` and timed.
 
-    The first call traces and compiles (seconds); later calls with inputs of the same shapes,
-    dtypes and devices run the compiled code. ``fullgraph=True`` makes any graph break an error
-    instead of a silent split. The example call is real work: it runs ``fn`` once. Under
-    ``reduce-overhead``, ``cuda_graphs_skipped`` says whether the CUDA graphs really came.
-    Without a compiler for ``device`` (:func:`compiler_missing`): :class:`CompilerMissingError`.
+    The first call traces and compiles (seconds), and runs ``fn`` once; later calls with inputs of the
+    same shapes, dtypes and devices run the compiled code. ``fullgraph=True`` makes a graph break an
+    error instead of a silent split. Without a compiler for ``device``: :class:`CompilerMissingError`.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
@@ -154,11 +135,8 @@ COMPILER_HELP = {
 
 @functools.lru_cache(maxsize=None)
 def compiler_missing(device_type: str) -> str | None:
-    """Why ``torch.compile`` cannot make code for a device of ``device_type`` here, or None if it can.
-
-    Inductor writes C++ for a CPU, which needs a working C++ compiler, and Triton kernels for a GPU,
-    which need Triton. Without them, a compile fails at its first call with a long traceback.
-    """
+    """Why ``torch.compile`` cannot make code for a device of ``device_type`` here, or None if it can:
+    Inductor needs a C++ compiler for a CPU and Triton for a GPU, or the first call fails at length."""
     if device_type == "cuda":
         return None if has_triton() else f"torch.compile needs Triton on a GPU, and it is missing: {COMPILER_HELP['cuda']}"
     if device_type != "cpu":
@@ -218,9 +196,8 @@ class GraphBreaks:
 
 
 def _explain_afresh(fn: Callable, *args):
-    """``torch._dynamo.explain(fn)(*args)`` from a clean slate: the compiled functions no longer used
-    are collected first (so that their cleanup does not run in the middle of the trace), then
-    dynamo's caches are cleared, so that what earlier compiles left behind cannot change the verdict."""
+    """``torch._dynamo.explain(fn)(*args)`` from a clean slate: unused compiled functions collected and
+    dynamo's caches cleared first, so what earlier compiles left cannot change the verdict."""
     gc.collect()
     torch._dynamo.reset()
     return torch._dynamo.explain(fn)(*args)
@@ -248,12 +225,10 @@ def graph_breaks(fn: Callable, *args) -> GraphBreaks:
 def check_break_free(fn: Callable, inputs, expected) -> str:
     """Notebook 09's exercise checker: is ``fn`` traced whole, and does it still give ``expected``?
 
-    ``inputs`` is a list of arguments (one tensor each call), ``expected`` the outputs ``fn``
-    must return for them. The verdict counts ``fn``'s graph breaks on the first input
-    (:func:`graph_breaks`) and names the source line of each, then compares ``fn`` eager, and
-    compiled with ``fullgraph=True`` once it has none, against ``expected`` (without a compiler here,
-    eager only, and the verdict says so). It returns text, never raises for a wrong answer, so a
-    notebook runs on with the exercise not done.
+    ``inputs``: the arguments of each call (one tensor each); ``expected``: ``fn``'s outputs for them.
+    Counts ``fn``'s graph breaks on the first input and names their lines, then compares ``fn`` eager,
+    and compiled with ``fullgraph=True`` once it has none, against ``expected``. Returns text, and never
+    raises for a wrong answer, so the notebook runs on.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
@@ -301,10 +276,8 @@ def check_cuda(device, what: str = "CUDA graphs") -> torch.device:
 def static_copy(x: torch.Tensor) -> torch.Tensor:
     """A copy of ``x`` that a compiled function takes for ``x`` itself: an inference tensor stays one, a normal one normal.
 
-    ``torch.compile`` guards on that difference. A plain ``clone()`` under ``torch.inference_mode``
-    makes every copy an inference tensor, so a compiled ``fn`` warmed up on normal tensors would
-    compile again inside the capture, and a compile cannot be captured (the first H200 run of
-    ``compile=True, cuda_graphs=True`` failed so: "operation failed due to a previous error during capture").
+    ``torch.compile`` guards on the difference: a plain ``clone()`` under ``torch.inference_mode`` would
+    make the compiled function compile again inside the capture, and a compile cannot be captured.
     """
     with torch.inference_mode(x.is_inference()):
         return x.clone()
@@ -313,15 +286,13 @@ def static_copy(x: torch.Tensor) -> torch.Tensor:
 class CapturedStep:
     """``fn`` captured in a CUDA graph on its first calls, replayed with one launch after that.
 
-    Each call ``step(*inputs)`` takes tensors of fixed shapes and dtypes and returns ``fn``'s
-    outputs. The first ``warmup`` calls run ``fn`` eagerly on a side stream (capture needs the
-    lazy initializations of cuBLAS, autograd and the optimizer done before it); the next call
-    copies its inputs into static inputs, captures ``fn`` on them and replays the graph; every
-    later call copies and replays. Every call does its work exactly once.
+    The first ``warmup`` calls run ``fn`` eagerly on a side stream (cuBLAS, autograd and the optimizer
+    initialize lazily, before any capture); the next copies its inputs into static inputs, captures
+    ``fn`` and replays it; later calls copy and replay. Every call does its work exactly once.
 
-    The outputs of a replay are the graph's **static outputs**: the next call overwrites them.
-    Clone any you keep. ``fn`` must read no value on the host and keep its shapes; tensors it
-    reads other than its inputs (weights, env state) are read where they lie at each replay.
+    A replay returns the graph's **static outputs**, which the next call overwrites: clone any you
+    keep. ``fn`` must read no value on the host and keep its shapes; other tensors it reads (weights,
+    env state) are read where they lie at each replay.
     """
 
     WARMUP = 2
@@ -378,16 +349,12 @@ _RECOMPILE_LIMIT = "recompile_limit" if hasattr(torch._dynamo.config, "recompile
 def with_launch_settings(fn: Callable, device: str | torch.device, *, compile: bool, cuda_graphs: bool,
                          fullgraph: bool = True) -> Callable:
     """``fn`` as a learner's ``compile`` and ``cuda_graphs`` settings ask: compiled (``fullgraph`` or not),
-    captured in a CUDA graph (:class:`CapturedStep`), both (the compiled function is captured), or as it is.
+    captured in a CUDA graph (:class:`CapturedStep`), both (the compiled function captured), or as it is.
 
-    Compiled, every float the function reads (a learner's gamma, its reward scale) is a constant of
-    its graph (``specialize_float``), and a learner with other values compiles again. Left to
-    itself, torch makes such a float symbolic once a second learner in the process brings another
-    value (notebook 12's preset after a default PPO), which torch 2.6 cannot trace in a branch
-    (``if reward_scale != 1.0``). So that the learners of one notebook or test run can each have
-    their own version, a step keeps up to :data:`COMPILED_VERSIONS` of them (torch's default, 8, is
-    reached within one notebook, and then a full-graph compile raises). Without a compiler for
-    ``device`` (:func:`compile_or_say_why`), ``fn`` runs eagerly and one printed line says why.
+    Compiled, every float ``fn`` reads (gamma, a reward scale) is a constant of its graph
+    (``specialize_float``), so learners with other values each compile their own version, up to
+    :data:`COMPILED_VERSIONS` of them. Without a compiler for ``device``, ``fn`` runs eagerly and one
+    printed line says why.
     """
     if compile_or_say_why(compile, device, f"{getattr(fn, '__qualname__', 'a step')} (compile=True)"):
         compiled = torch.compile(fn, fullgraph=fullgraph)
@@ -407,10 +374,9 @@ def graph_safe_adam(params, lr: float, *, eps: float = 1e-8, device: str | torch
                     fused: bool | None = None) -> torch.optim.Adam:
     """``Adam`` whose step can be captured in a CUDA graph or compiled without recompiling.
 
-    The learning rate is a 0-d tensor on ``device`` (change it with :func:`set_learning_rate`:
-    in place, so a captured step reads the new value), and on CUDA ``capturable=True`` keeps
-    Adam's step counter on the GPU, so its bias correction needs no host value. ``fused`` as
-    for ``Adam`` (a GradScaler's step reads nothing on the host with a fused Adam).
+    The learning rate is a 0-d tensor on ``device``, changed in place by :func:`set_learning_rate`, and
+    on CUDA ``capturable=True`` keeps Adam's step counter on the GPU. ``fused`` as for ``Adam`` (with
+    it, a GradScaler's step reads nothing on the host).
     """
     device = get_device(device, param="device")
     lr = check_number("lr", lr, above=0)
@@ -435,20 +401,11 @@ IMPLEMENTATION_OPTIONS = ("capturable", "foreach", "fused", "differentiable")
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
     """``optimizer.load_state_dict(state)``, keeping how the optimizer was built for this device.
 
-    ``load_state_dict`` replaces each parameter group's entries with the saved ones. That is wrong
-    for two kinds of entry, which this puts back as built:
-
-    * a tensor hyperparameter (:func:`graph_safe_adam`'s learning rate): the saved tensor comes
-      back on the host (``map_location="cpu"``), while a captured or compiled step goes on reading
-      the device tensor it was built with, so annealing would stop. The built tensor is kept and
-      filled with the saved value; a saved tensor loaded into a float entry becomes a float.
-    * :data:`IMPLEMENTATION_OPTIONS` (``capturable`` and the like): a checkpoint from a CPU run
-      would turn off ``capturable`` on a GPU. Adam's step counters then go where these say
-      (on the parameter's device when capturable or fused, else on the host).
-
-    And ``load_state_dict`` keeps a saved state tensor that is already on the right device as it is:
-    an optimizer loaded from another's live ``state_dict()`` would share its moments and step
-    counters, and every step of either would move both. This copies each one.
+    ``load_state_dict`` would replace two kinds of entry wrongly, so these are kept as built: a tensor
+    hyperparameter (:func:`graph_safe_adam`'s learning rate, which compiled and captured steps read
+    where it lies) is filled with the saved value, and :data:`IMPLEMENTATION_OPTIONS` (``capturable``
+    and the like) stay this device's. Every state tensor is copied, so the optimizer shares no moments
+    or step counters with the one whose state it loaded.
     """
     built = [dict(group) for group in optimizer.param_groups]
     optimizer.load_state_dict(state)

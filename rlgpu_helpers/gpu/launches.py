@@ -1,22 +1,16 @@
 """Counting what a call asks of a device: operations launched, bytes moved (notebook 04).
 
-* :func:`count_launches`: operations launched per call. On a CUDA device, from
-  ``torch.profiler``: the GPU work items it traces (kernels, and the copies and fills the
-  runtime launches). On a CPU, from the dispatcher: the aten operators a call runs, without
-  views, allocations and other operators that compute nothing.
-* :func:`traffic_bytes`: the bytes every operation of a call reads and writes, seen through a
-  ``TorchDispatchMode``: the inputs and the outputs of each operator, once each. It is an
-  estimate, and says so: it assumes nothing stays in a cache from one operation to the next
-  (true once N is large), charges an operation that reads or writes only some elements
-  (``index_select``, ``gather``, ``scatter_``, ``index_add_``) for those elements only, and leaves
-  out views and allocations (no bytes move). A fused kernel (``torch.compile``, notebook 09)
-  moves fewer bytes than this.
+* :func:`count_launches`: operations launched per call. On CUDA, the GPU work items
+  ``torch.profiler`` traces; on a CPU, the aten operators the dispatcher runs, without views,
+  allocations and other operators that compute nothing.
+* :func:`traffic_bytes`: the bytes every operator of a call reads and writes, seen through a
+  ``TorchDispatchMode``. An estimate, and it says so: nothing stays cached between operators,
+  gathers and scatters move only the elements they select, views and allocations move nothing. A
+  fused kernel (``torch.compile``, notebook 09) moves fewer bytes than this.
 
-The profiler of some torch builds prints lines of its own on the process's standard error
-(Kineto's ``USDT: ... profiler_start``), which a notebook shows as an error stream;
-:func:`quiet_profiler` keeps them out and lets any other message through.
-
-:mod:`rlgpu_helpers.bench.launch` applies both counts to ``VecSnake``'s step.
+:func:`quiet_profiler` keeps the profiler's own lines (Kineto's, written to standard error, which
+a notebook shows as an error) out, and lets any other message through. ``bench.launch`` applies
+both counts to ``VecSnake``'s step.
 """
 
 from __future__ import annotations
@@ -115,11 +109,9 @@ def count_launches(fn: Callable[[], object], device: str | torch.device | None =
                    calls: int = 5, warmup: int = 2) -> LaunchCount:
     """Operations launched per call of ``fn()`` on ``device``, from ``torch.profiler``.
 
-    On CUDA: the GPU work items the profiler traced (kernels, and the copies and fills the
-    runtime launches), else the kernel launch calls of the CUDA runtime, else (no CUDA trace
-    here) the CPU count. On a CPU: the aten operators each call dispatches, as the dispatcher
-    sees them (views, allocations and no-ops left out; an operator's own inner calls are part
-    of its kernel). ``warmup`` calls first, then ``calls`` counted.
+    On CUDA: the GPU work items traced (kernels, copies, fills), else the runtime's kernel launch
+    calls, else the CPU count. On a CPU: the aten operators each call dispatches (views, allocations
+    and no-ops left out). ``warmup`` calls first, then ``calls`` counted.
     """
 
     if not callable(fn):

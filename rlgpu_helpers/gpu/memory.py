@@ -1,42 +1,25 @@
 """Peak memory of a call, and the largest batch that fits (introduced in notebook 06).
 
-A bigger batch keeps a GPU busier until its memory runs out. Two helpers answer "how much memory
-does one step take?" and "how big a batch fits?":
+A bigger batch keeps a GPU busier until its memory runs out. So, how much memory does one step
+take, and how big a batch fits?
 
-* :func:`peak_memory` runs a call twice, a warm-up and the measured call, and returns the most
-  memory the second held at any moment beyond what was allocated before it: the peak of a step
-  that repeats, as in training (the warm-up builds lazy state such as Adam's moments, and leaves
-  behind the gradients the next step frees). On a GPU that is ``torch.cuda.max_memory_allocated``
-  after ``reset_peak_memory_stats`` (the caching allocator's own count; ``nvidia-smi`` shows
-  more, because the cache keeps freed blocks). On a CPU it is the profiler's memory accounting
-  (``profile_memory=True``): every allocation and free the CPU allocator reports while the call
-  runs, added up in time order; the peak of that running sum. The CPU allocator reports the free
-  of a block only if the profiler saw it allocated, so there the warm-up is profiled too: without
-  it the step's free of the previous step's gradients would go uncounted (or be counted with a
-  stale size), and the peak would depend on what ran before.
-* :func:`peak_reserved` (CUDA only) is what the card must give for the same call: the most the
-  caching allocator reserved while it ran from an empty cache. It is more than ``peak_memory``: blocks
-  are rounded up, and a block freed during the call and split for a smaller tensor cannot hold a
-  later large one, which then takes a segment of its own (fragmentation).
-* :func:`find_max_batch_size` doubles the batch until a step runs out of memory, then bisects
-  between the last batch that fit and the first that did not. On a GPU each trial starts from an
-  empty cache: one that found the previous trial's blocks cached could fit where a fresh run
-  does not (a GPU run's search fit batch 83,886,079 after 83,886,080 had failed from an empty
-  cache, although every block of the two steps has the same size). Running out of memory is
-  ``torch.OutOfMemoryError``, or a CUDA library's own allocation failure, which reaches Python as
-  a plain ``RuntimeError`` (cuBLAS's "CUBLAS_STATUS_ALLOC_FAILED"): :func:`try_to_fit` tells
-  them apart from real errors, and recovers *outside* the ``except`` block, since inside it the
-  traceback still holds the failed step's tensors (pytorch/pytorch#18853).
-  It returns the largest batch that fits, and that batch less a safety margin: memory
-  fragments, and a step that fits once may not fit beside what the next iteration keeps.
-  :func:`check_largest_batch` gives a verdict on the same search written by hand (notebook 06's
-  exercise).
+* :func:`peak_memory` runs a call twice, a warm-up (which builds lazy state such as Adam's moments)
+  and the measured call, and returns the most memory the second held beyond what it started with:
+  the peak of a step that repeats. On a GPU, the caching allocator's own count
+  (``max_memory_allocated``; ``nvidia-smi`` shows more, as the cache keeps freed blocks). On a CPU,
+  the running sum of the allocations and frees the profiler reports, with the warm-up profiled
+  too, or the step's free of the previous step's gradients would go uncounted.
+* :func:`peak_reserved` (CUDA only): what the card must give for the call, from an empty cache;
+  more than ``peak_memory``, as blocks are rounded up and fragment.
+* :func:`find_max_batch_size` doubles the batch until a step runs out of memory, then bisects,
+  each GPU trial from an empty cache (cached blocks could make a batch fit that a fresh run does
+  not). :func:`try_to_fit` tells out-of-memory, including a CUDA library's plain ``RuntimeError``,
+  from real errors. The answer keeps a safety margin, as memory fragments over a run.
+  :func:`check_largest_batch` judges the search written by hand (notebook 06's exercise).
 
-A CPU has no out-of-memory error to find (the operating system swaps, or kills the process).
-There the search runs against an explicit **budget** (``budget_bytes``): a batch whose
-:func:`peak_memory` exceeds the budget counts as not fitting (:func:`within_budget` raises
-``torch.OutOfMemoryError`` for it). It is a budget the caller chose, not the machine's memory; the
-same code and tests run everywhere, and on a GPU without a budget the card's real limit decides.
+A CPU has no out-of-memory error to find (the system swaps, or kills the process), so there the
+search runs against an explicit budget (``budget_bytes``, :func:`within_budget`): the caller's
+choice, not the machine's memory, so the same code and tests run everywhere.
 """
 
 from __future__ import annotations
@@ -226,11 +209,9 @@ def find_max_batch_size(step: Callable[[int], object], device: str | torch.devic
     bisect: between the last batch that fit and the first that did not, down to one sample
     result: :class:`BatchSearch`; ``.batch_size`` is the largest fit less ``margin`` (a fraction)
 
-    On a GPU every trial starts from an empty cache, so that whether a batch fits does not depend on
-    the trials before it (the module docstring says why).
-
-    ``budget_bytes`` runs every step under :func:`within_budget`. On a CPU it is required (there
-    is no out-of-memory error to find); on a GPU, None means the card's real memory.
+    On a GPU every trial starts from an empty cache, so a trial does not depend on those before it.
+    ``budget_bytes`` runs every step under :func:`within_budget`: required on a CPU; on a GPU, None
+    means the card's memory.
     """
     _check_callable("step", step)
     device = get_device(device, param="device")

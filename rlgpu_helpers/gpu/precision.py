@@ -1,30 +1,20 @@
-"""Mixed precision: which float format a device trains fastest in, and one training step in it.
+"""Mixed precision: which float format a device trains fastest in, and autocast in the right place.
 
 Introduced in notebook 08.
 
-A float32 training step can run its matrix products in a 16-bit format instead: ``bf16`` keeps
-float32's exponent range with fewer mantissa bits, ``fp16`` has more mantissa bits and a much
-narrower range, and ``tf32`` is float32 whose matmuls round their inputs to 10 mantissa bits on
-Ampere and later GPUs. :func:`choose_policy` picks one from what the device multiplies natively
-and says why; :func:`precision_policy` looks at a real device (and, on a CPU with bf16
-instructions, measures bf16 against fp32 before it trusts it). Everything here uses the
-``torch.amp`` API (``torch.amp.autocast``, ``torch.amp.GradScaler``), and sets TF32 in one place
-(:func:`set_tf32_matmuls`): ``bf16`` and ``tf32`` run float32 matmuls in TF32 on a GPU, the
-printed policy says so, and PPO does the same.
+A float32 step can run its matrix products in a 16-bit format: ``bf16`` keeps float32's range with
+fewer mantissa bits, ``fp16`` has more mantissa bits and a much narrower range, and ``tf32`` is
+float32 whose matmuls round their inputs to 10 mantissa bits (Ampere and later). :func:`choose_policy`
+picks one from what the device multiplies natively, and says why. Everything uses ``torch.amp``
+and sets TF32 in one place (:func:`set_tf32_matmuls`).
 
-``fp16`` gradients underflow to zero where float32's would not, so an fp16 step multiplies the
-loss by a large scale before ``backward`` and divides the gradients by it before the optimizer
-step: :class:`TrainStep` does this with ``torch.amp.GradScaler``, which also skips a step whose
-gradients hold inf or NaN and halves the scale, and doubles it again after a run of good steps
-(:func:`scaler_trace` records that on a real run).
+fp16 gradients underflow where float32's would not, so an fp16 step scales the loss up before
+``backward`` and the gradients down before the step (``torch.amp.GradScaler``, which also skips a
+step holding inf or NaN); :func:`fp16_step_checks` checks a hand-written one against the course's.
 
 Autocast belongs around the forward pass and the loss only (:func:`precision_context`): a region
 held open across optimizer steps keeps multiplying by the 16-bit weights it cached first
 (:func:`stale_weights_check`), which is how a whole PPO run inside one autocast learns nothing.
-
-:func:`fp16_step_checks` checks an fp16 step written by hand against the course's
-(``gpu.accumulate.accumulated_step`` with a ``GradScaler``, as PPO's update takes it): the same
-update from a good batch, and a skipped step with a halved scale from a batch holding a NaN.
 """
 
 from __future__ import annotations
@@ -55,9 +45,8 @@ def check_precision(name: str, value) -> str:
 
 
 TF32_PRECISIONS = ("tf32", "bf16")
-"""The precisions whose float32 matmuls run in TF32 on a CUDA GPU: ``tf32`` itself, and ``bf16``, whose
-GPUs (compute capability 8.0+) all have TF32 for what autocast leaves in float32. ``fp16`` is the
-format of older GPUs, without TF32: its float32 matmuls stay full float32, as ``fp32``'s do."""
+"""The precisions whose float32 matmuls run in TF32 on a CUDA GPU: ``tf32``, and ``bf16``, whose GPUs
+(8.0+) all have TF32. ``fp16`` is the format of older GPUs, whose float32 stays full float32."""
 
 # torch 2.9 replaced the ``allow_tf32`` flag by ``fp32_precision``; once that is "tf32", reading the
 # old flag (or torch.get_float32_matmul_precision()) raises, so where the new API exists only it is
@@ -81,12 +70,8 @@ def set_tf32_matmuls(tf32: bool) -> None:
 
 @contextlib.contextmanager
 def fp32_matmul_precision(tf32: bool):
-    """Within the block, float32 CUDA matmuls run in TF32 (``tf32=True``) or full float32.
-
-    Changes the setting (:func:`set_tf32_matmuls`) only where it differs, and then puts the
-    previous value back afterwards through the same API, so that what any code reads after the
-    block is what it read before. It changes nothing on a CPU.
-    """
+    """Within the block, float32 CUDA matmuls run in TF32 (``tf32=True``) or full float32; the previous
+    setting comes back afterwards through the same API. Changes nothing on a CPU."""
     if tf32_matmuls() == tf32:
         yield
         return
@@ -220,18 +205,13 @@ def choose_policy(traits: DeviceTraits, cpu_bf16_speedup: float | None = None,
 def precision_context(precision: str, device: str | torch.device | None = None):
     """A context for **forward passes and losses** in ``precision``: its autocast (bf16, fp16) and TF32 setting.
 
-    Wrap only the forward pass and the loss in it, never an optimizer step. Autocast keeps the
-    16-bit copy of each weight it casts for as long as its region lasts (its cast cache), so a
-    region held open across ``optimizer.step()`` goes on multiplying by the weights of its first
-    forward pass: the model stops changing, however well the optimizer works
-    (:func:`stale_weights_check` shows it). Leaving the region frees the cache. ``"fp32"`` runs
-    CUDA float32 matmuls in full float32, ``"tf32"`` and ``"bf16"`` in TF32 (:data:`TF32_PRECISIONS`);
-    on a CPU all float32 is plain float32.
-    Inside a function ``torch.compile`` traces, only the autocast is entered: the compiler cannot
-    trace the TF32 setting, which must then be made around the compiled call (``PPO`` does).
-    A ``torch.device`` is taken as it is, as a resolved device (:func:`~rlgpu_helpers.core.device.get_device`
-    gives one): checking it again would call ``torch.cuda.device_count()``, which
-    ``torch.compile(fullgraph=True)`` cannot trace. A name or None is resolved with ``get_device``.
+    Never an optimizer step: autocast caches the 16-bit copy of each weight for as long as its region
+    lasts, so a region held open across ``optimizer.step()`` keeps using the first weights
+    (:func:`stale_weights_check`). ``"tf32"`` and ``"bf16"`` run CUDA float32 matmuls in TF32
+    (:data:`TF32_PRECISIONS`). Inside a function ``torch.compile`` traces, only the autocast is entered:
+    the caller sets TF32 around the compiled call (``PPO`` does). A ``torch.device`` is taken as
+    resolved, as ``torch.compile(fullgraph=True)`` cannot trace ``torch.cuda.device_count()``; a name
+    or None is resolved with ``get_device``.
     """
     precision = check_precision("precision", precision)
     if not isinstance(device, torch.device):
@@ -261,15 +241,11 @@ def autocast(policy: PrecisionPolicy, device: str | torch.device | None = None):
 
 
 def stale_weights_check(device: str | torch.device | None = "cpu", dtype: str = "bf16") -> dict[str, float]:
-    """How much one optimizer step changes a layer's autocast output, for three ways of placing autocast.
+    """How much one SGD step (learning rate 1) changes a ``Linear`` layer's autocast output on the same input,
+    for three ways of placing autocast:
 
-    A ``Linear`` layer takes one SGD step (learning rate 1) and is run again on the same input.
-    Returns the largest change of its output for:
-
-    * ``"one region around forward, step and forward"``: 0, the second forward reuses the
-      16-bit weights cached by the first (the mistake);
-    * ``"one region, cache_enabled=False"``: the true change, at the price of casting the
-      weights again at every use;
+    * ``"one region around forward, step and forward"``: 0, the cached 16-bit weights (the mistake);
+    * ``"one region, cache_enabled=False"``: the true change, casting the weights at every use;
     * ``"a region per forward pass"``: the true change (the right way).
     """
     device = get_device(device, param="device")
@@ -313,18 +289,14 @@ def fp16_step_checks(step: Callable, device: str | torch.device | None = "cpu", 
                      max_grad_norm: float = 0.5) -> list[StepCheck]:
     """Check a hand-written fp16 training step against the course's, on a small seeded regression.
 
-    ``step(model, optimizer, scaler, x, y, max_grad_norm)`` must take one optimizer step of
-    ``model`` on the mean squared error of ``model(x)`` against ``y``, computed in fp16 autocast,
-    with the ``torch.amp.GradScaler`` ``scaler``, the gradient's norm clipped to ``max_grad_norm``.
-    The optimizer is plain SGD, so a wrongly scaled gradient shows in the update (Adam would hide
-    most of it). The course's step is ``accumulated_step(optimizer, loss, batch, max_grad_norm=...,
-    scaler=scaler)``. Two checks, each from the same start as the course's step:
+    ``step(model, optimizer, scaler, x, y, max_grad_norm)`` takes one SGD step on the mean squared
+    error of ``model(x)`` against ``y`` in fp16 autocast, with the ``GradScaler`` ``scaler`` and the
+    gradient's norm clipped (SGD, since Adam would hide a wrongly scaled gradient). The course's step
+    is ``accumulated_step(optimizer, loss, batch, max_grad_norm=..., scaler=scaler)``. Two checks:
 
-    * a good batch: the same update as the course's, to within 1e-4 of its size (a gradient
-      clipped before ``scaler.unscale_`` is clipped at ``max_grad_norm`` times the scale's
-      inverse, and the update comes out thousands of times too small);
-    * a batch holding a NaN: no weight changes and the scale is halved (``scaler.step`` and
-      ``scaler.update``).
+    * a good batch: the course's update, to within 1e-4 (clipping before ``scaler.unscale_`` makes
+      it thousands of times too small);
+    * a batch holding a NaN: no weight changes, and the scale is halved.
     """
     if not callable(step):
         raise TypeError(f"step={step!r} must be callable: step(model, optimizer, scaler, x, y, max_grad_norm)")

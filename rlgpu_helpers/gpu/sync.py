@@ -2,39 +2,24 @@
 
 Introduced in notebook 04.
 
-A GPU runs the work the host queues, while the host runs ahead and queues more. Whenever the
-host needs a value the GPU computes (``.item()``, ``bool(t)`` in an ``if``, ``.cpu()``, the size
-of ``nonzero()``'s result), it must stop and wait until the queue has drained: a
-synchronization. At small sizes one per step can cost more than the whole step.
+A GPU runs the work the host queues while the host runs ahead. Whenever the host needs a value
+the GPU computes (``.item()``, ``bool(t)`` in an ``if``, ``.cpu()``, the size of ``nonzero()``'s
+result), it waits until the queue has drained: a synchronization. At small sizes one per step can
+cost more than the step.
 
-:func:`audit_syncs` calls a function once and reports every synchronization in it, as a table of
-operator, count and where in the source:
+:func:`audit_syncs` calls a function once and reports every synchronization, by operator, count
+and source line. On CUDA it asks the runtime (``torch.cuda.set_sync_debug_mode("warn")``, which
+misses some, and the profiler's count of synchronizing runtime calls beside it). On a CPU nothing
+waits, so it intercepts the operators that *would* synchronize on a GPU: host reads of a value,
+copies to the host, and operators whose output size depends on the data (``nonzero``, boolean
+masks, ``unique``...). So a test on a laptop proves a hot loop sync-free before it meets a GPU.
+The CPU rules know where a tensor would live only from its use: they skip ``torch.optim``'s
+host-side step counters, take a ``torch.device`` to be the device the code runs on, and count a
+``.cpu()`` or an input check that a GPU would not make.
 
-* on CUDA it asks the CUDA runtime: ``torch.cuda.set_sync_debug_mode("warn")`` warns at every
-  synchronizing call (each warning is traced to the operator that made it), and the profiler
-  counts the synchronizing runtime calls (``cudaStreamSynchronize`` and friends);
-* on a CPU nothing ever waits, so it intercepts the operators that *would* synchronize on a GPU
-  (with a ``TorchFunctionMode`` and a ``TorchDispatchMode``): a tensor's value read on the host
-  (``item``, ``bool()``, ``int()``, ``float()``, using a tensor as a Python index, printing it),
-  copies to the host (``.cpu()``, ``.to("cpu")``, ``.numpy()``, ``.tolist()``), and operators whose output size
-  depends on the data or that return a Python value (``nonzero``, boolean-mask indexing and
-  assignment, ``masked_select``, ``unique``, ``torch.equal``, ``bincount``, ``repeat_interleave``
-  without ``output_size``; ``multinomial`` where this torch's needs it, see
-  :func:`multinomial_synchronizes`). So a test on a laptop proves a hot loop sync-free before it
-  ever meets a GPU.
-
-The CPU rules know what a tensor *would* be on a GPU only from how it is used, so they differ
-from a GPU in three ways: ``torch.optim`` reading its step counters (kept on the host on every
-device, so never a synchronization) is not counted; ``.to(device)`` with a ``torch.device`` is
-taken to be the device the code runs on (only ``.to("cpu")`` written out counts); and a
-``.cpu()`` of a tensor that would be on the host anyway is counted, as is a CPU kernel that reads
-a value to validate its input where the GPU kernel does not (``one_hot`` with ``num_classes``). ``torch.cuda.set_sync_debug_mode`` is itself "experimental": it misses
-some synchronizations, which is why the profiler count stands beside it.
-
-:class:`DeferredCheck` is the other half of the lesson: how to check an input on the device and
-still never wait. It records a failure in a small device tensor, copies that tensor to the host
-without waiting (pinned memory and an event on CUDA), and raises once the copy has arrived.
-``VecSnake`` checks its actions with it.
+:class:`DeferredCheck` is the other half of the lesson: check an input on the device and never
+wait. A failure is recorded in a small device tensor, copied to the host without waiting, and
+raised once the copy has arrived (``VecSnake`` checks its actions so).
 """
 
 from __future__ import annotations
@@ -100,12 +85,10 @@ MULTINOMIAL = "multinomial (checks its input with .item() in this torch)"
 def multinomial_synchronizes() -> bool:
     """Whether this torch's ``torch.multinomial(probs, 1)`` reads a value on the host, and so waits on a GPU.
 
-    Measured, not looked up by version: torch 2.4 checked the probabilities with ``.item()``
-    (a synchronization on CUDA); later versions check them with ``_assert_async``, which on a
-    GPU is a kernel that fails on the device and never waits (pytorch/pytorch#134818). Both
-    run the same code on a CPU, so the profiler's tree of a CPU call tells them apart: a
-    host read (``aten::_local_scalar_dense``) outside an ``_assert_async`` synchronizes on a GPU.
-    The answer decides whether the CPU rules count ``multinomial``.
+    Measured, not looked up by version: older versions check the probabilities with ``.item()``,
+    newer ones with ``_assert_async``, which fails on the device and never waits. Both run the same
+    code on a CPU, where the profiler tells them apart: a host read (``aten::_local_scalar_dense``)
+    outside an ``_assert_async``. The answer decides whether the CPU rules count ``multinomial``.
     """
     probs = torch.ones(2, 3)
     with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -363,13 +346,11 @@ def _profile_runtime_syncs(run, device: torch.device) -> dict[str, int] | None:
 class DeferredCheck:
     """A check made on the device whose failure is raised on the host later, without waiting.
 
-    ``record(bad, values)`` notes the first ``values[i]`` where ``bad[i]`` holds, using device
-    operations only, and starts copying the note to the host without waiting for it. It returns
-    a device flag, ``pending``, that is set from a failure until it has been raised: callers use
-    it to freeze their state, so nothing done with bad input ever takes effect.
-    ``raise_if_failed()`` raises ``ValueError(describe(index, value, calls_ago))`` once the note
-    has reached the host: on a CPU at once, on CUDA when the device has caught up (checked with a
-    non-blocking ``Event.query``, never a wait). After that the check is clear again.
+    ``record(bad, values)`` notes the first ``values[i]`` where ``bad[i]`` holds, with device operations
+    only, starts copying the note to the host, and returns the device flag ``pending``, set until the
+    failure is raised: callers freeze their state with it, so bad input never takes effect.
+    ``raise_if_failed()`` raises ``ValueError(describe(index, value, calls_ago))`` once the note is on
+    the host (a non-blocking ``Event.query`` on CUDA, never a wait); then the check is clear again.
     """
 
     def __init__(self, device: str | torch.device, describe: Callable[[int, int, int], str]):

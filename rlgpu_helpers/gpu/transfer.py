@@ -2,35 +2,24 @@
 
 Introduced in notebook 05.
 
-Every batch a GPU learns from crosses the host link (PCIe) first. How fast it crosses depends on
-where it starts:
+Every batch a GPU learns from crosses the host link (PCIe) first, at a speed set by where it starts:
 
-* **pageable** memory (any ordinary tensor) may be paged out by the operating system, so the
-  driver first copies it into a pinned staging buffer of its own, then sends that;
-* **pinned** (page-locked) memory (``torch.empty(..., pin_memory=True)``) can be read by the
-  GPU's copy engine directly: no staging copy, and the copy can run while the host and the GPU
-  do other work;
-* ``t.pin_memory()`` pins a copy of a pageable tensor. That copy costs about as much as the
-  driver's staging, so pinning a tensor right before sending it buys little: pinning pays for
-  buffers allocated pinned once and reused (a replay buffer, say);
-* ``non_blocking=True`` lets the host go on without waiting for the copy (from pinned memory).
-  The values are not there until the device has caught up, so a copy *to the host* read before
-  ``torch.cuda.synchronize()`` can hold old values: :func:`read_before_sync` shows it.
+* **pageable** memory (any ordinary tensor) may be paged out, so the driver copies it into a
+  pinned staging buffer first;
+* **pinned** memory (``pin_memory=True``) is read by the GPU's copy engine directly, and the copy
+  can run while the host and the GPU do other work. ``t.pin_memory()`` costs about what the
+  staging does: pinning pays for buffers allocated pinned once and reused (a replay buffer);
+* ``non_blocking=True`` lets the host go on without waiting; a copy *to the host* read before
+  ``torch.cuda.synchronize()`` can hold old values (:func:`read_before_sync`).
 
-:func:`copy_of` is each way of copying as a function, which ``bench/transfers.py`` times against
-size (1 KiB to 1 GiB) in both directions; :func:`nominal_link` reads the link the GPU is plugged into (PCIe generation and lanes), to set
-the measurement beside what the link promises.
+:func:`copy_of` is each way of copying as a function, for ``bench.transfers`` to time by size;
+:func:`nominal_link` reads the PCIe link the GPU sits on, to set measurements beside its promise.
+A copy need not be *waited* for: :func:`prefetch_to_device` copies the next batch on a side stream
+while the default stream computes; :func:`prefetch_loops` are the loops with and without it, and
+:func:`prefetch_timeline` and :func:`plot_timeline` show their copies and kernels per stream.
 
-A copy still takes time, but it need not be *waited* for: :func:`prefetch_to_device` copies the
-next batch on a side CUDA stream while the default stream computes on this one.
-:func:`prefetch_loops` are the two loops, with and without it (``bench/transfers.py`` times them),
-and :func:`prefetch_timeline`
-records both loops with the profiler (:func:`plot_timeline` draws the copies and kernels per
-stream; a chrome trace file opens in ui.perfetto.dev).
-
-Without CUDA there is no pinned memory, no copy engine and no stream: each function then does
-what can be measured honestly (copies between two host buffers, the compute loop alone) or
-returns None, and prints what it skipped and why.
+Without CUDA each function does what can be measured honestly (host-to-host copies, the compute
+loop alone) or returns None, and prints what it skipped and why.
 """
 
 from __future__ import annotations
@@ -83,15 +72,9 @@ _BUSY_SIZE, _BUSY_MATMULS = 4096, 4
 
 @dataclasses.dataclass(frozen=True)
 class EarlyRead:
-    """A ``non_blocking`` copy to the host, read right away and again after synchronizing.
-
-    The copy carried ``elements`` int32 values 1, 2, 3, ... into a zeroed pinned buffer.
-    ``wrong_before`` of them were not there yet when the host read the buffer as soon as the
-    call returned; ``wrong_after`` were wrong after ``torch.cuda.synchronize()`` (0: the copy
-    had then arrived). ``attempts`` copies were tried until one read showed wrong values (or
-    all of them, if none did). ``first_before`` and ``first_after`` hold the first few values
-    read each time.
-    """
+    """A ``non_blocking`` copy of ``elements`` int32 values 1, 2, 3... to a zeroed pinned host buffer, read
+    at once and after ``torch.cuda.synchronize()``: ``wrong_before`` and ``wrong_after`` values were
+    not there yet, over ``attempts`` tries; ``first_before`` and ``first_after``, the first values read."""
 
     elements: int
     attempts: int
@@ -113,11 +96,9 @@ def read_before_sync(device: str | torch.device | None = None, *, elements: int 
                      attempts: int = 10) -> EarlyRead | None:
     """Show that a ``non_blocking`` device-to-host copy read before synchronizing can be wrong.
 
-    As in a training loop, the copy is queued behind GPU work (four 4096 x 4096 matmuls stand in
-    for the forward pass that computes the values), so the call returns long before the values
-    land. The host reads the pinned buffer at once, then after ``torch.cuda.synchronize()``.
-    Tried up to ``attempts`` times, until a read shows it. On anything but CUDA a copy to the
-    host has finished when it returns: returns None and says so.
+    As in a training loop, the copy is queued behind GPU work (matmuls standing in for a forward pass),
+    so the call returns before the values land; the host reads at once, then after synchronizing,
+    up to ``attempts`` times. Elsewhere than CUDA a copy has finished when it returns: None.
     """
     device = get_device(device, param="device")
     elements = check_int("elements", elements, 1, 2**28)
@@ -151,15 +132,11 @@ def prefetch_to_device(batches: Iterable[torch.Tensor], device: str | torch.devi
                        ) -> Iterator[torch.Tensor]:
     """Yield each host batch on ``device``; on CUDA, the next one is copied while this one is used.
 
-    The copy of batch i+1 runs on a side stream (``torch.cuda.stream``) while the caller's
-    stream computes on batch i. Before a batch is handed over, the caller's stream waits for the
-    side stream (``wait_stream``: the GPU waits, the host does not), and ``record_stream`` tells
-    the caching allocator that the batch is used on the caller's stream, so its memory is not
-    reused too soon. No step makes the host wait. Batches should be in pinned memory (a copy
-    from pageable memory cannot run in the background), and a host batch must not be
-    overwritten while its copy may still run: the host is not told when it ends, so hand out
-    fresh tensors, or reuse one only after a synchronization. Elsewhere each batch is copied
-    with ``.to(device)``: no stream, nothing to overlap.
+    The copy of batch i+1 runs on a side stream while the caller's stream computes on batch i; the
+    caller's stream waits for it on the GPU (``wait_stream``), never the host, and ``record_stream``
+    keeps the allocator from reusing the batch too soon. Batches should be pinned (a pageable copy
+    cannot run in the background), and a host batch must not be overwritten while its copy may run.
+    Elsewhere each batch is copied with ``.to(device)``.
     """
     device = get_device(device, param="device")
     if device.type != "cuda":
@@ -196,10 +173,9 @@ COMPUTE_ONLY = "compute only (a CPU has nothing to copy)"
 def prefetch_loops(device: torch.device, rows: int, width: int, batches: int) -> dict:
     """The loops to compare, by name: each copies ``batches`` batches and multiplies each by a weight.
 
-    A batch is ``rows x width`` float32 (pinned on a GPU); two of them are handed out in turn, as
-    a replay buffer hands out different ones. ``SERIAL`` copies with ``non_blocking=True`` on
-    the default stream: the host does not wait, but the GPU still copies and computes one after
-    the other. On a CPU there is one loop, the compute alone.
+    A batch is ``rows x width`` float32 (pinned on a GPU), two handed out in turn as a replay buffer
+    would. ``SERIAL`` copies with ``non_blocking=True`` on the default stream: the host does not wait,
+    but the GPU copies and computes one after the other. On a CPU there is one loop, the compute.
     """
     cuda = device.type == "cuda"
     host = [torch.randn(rows, width, pin_memory=cuda) for _ in range(2)]
@@ -219,9 +195,8 @@ def prefetch_loops(device: torch.device, rows: int, width: int, batches: int) ->
 
 
 def prefetch_sizes(device: torch.device, rows, width, batches) -> tuple[int, int, int]:
-    """By default a batch is 4096 x 4096 float32 (64 MiB) on a GPU, where its copy and its matmul
-    take similar times; 1024 x 1024 elsewhere, where there is no copy to compare with and the
-    big matmul would take seconds."""
+    """A batch's default shape: 4096 x 4096 float32 on a GPU, where its copy and its matmul take similar
+    times; 1024 x 1024 elsewhere, where there is no copy to compare with."""
     side = pick(full=4096 if device.type == "cuda" else 1024, quick=64)
     return (check_int("rows", side if rows is None else rows),
             check_int("width", side if width is None else width),
@@ -236,7 +211,7 @@ def no_overlap_reason(device: torch.device) -> str:
 class Interval:
     """One piece of GPU work from the profiler: a ``"copy"`` or a ``"kernel"`` on a CUDA stream.
 
-    ``start_ms`` and ``end_ms`` count from the start of its ``loop`` (a name of :func:`prefetch_time`).
+    ``start_ms`` and ``end_ms`` count from the start of its ``loop`` (a name of :func:`prefetch_loops`).
     """
 
     loop: str
@@ -272,7 +247,7 @@ def intervals_from_events(events, loops: Sequence[str]) -> list[Interval]:
 def prefetch_timeline(device: str | torch.device | None = None, *, rows: int | None = None,
                       width: int | None = None, batches: int = 4,
                       trace_path: str | Path | None = None) -> list[Interval] | None:
-    """Both loops of :func:`prefetch_time` under the profiler: their copies and kernels per stream.
+    """Both loops of :func:`prefetch_loops` under the profiler: their copies and kernels per stream.
 
     Each loop runs once to warm up, then once recorded. ``trace_path`` also saves the profiler's
     chrome trace (JSON; open it in ui.perfetto.dev). Returns the :class:`Interval` list for
@@ -385,12 +360,9 @@ def parse_link(text: str) -> Link:
 
 
 def nominal_link(device: str | torch.device | None = None) -> Link | None:
-    """The PCIe link between the host and CUDA ``device``, as nvidia-smi reports it.
-
-    The maximum generation and width that the GPU and this machine support together (an idle GPU
-    drops to a lower generation to save power, so the current one says less). None, with the
-    reason printed, without CUDA or when nvidia-smi cannot tell.
-    """
+    """The PCIe link between the host and CUDA ``device`` as nvidia-smi reports it: the maximum generation
+    and width both sides support (an idle GPU drops to a lower one). None, with the reason printed,
+    without CUDA or when nvidia-smi cannot tell."""
     device = get_device(device, param="device")
     if device.type != "cuda":
         print(f"no CUDA: {device.type} has no host-GPU link to read.")

@@ -14,5 +14,6 @@
 - ``symmetry``: the left-right mirror of observations and actions, for augmentation (12);
 - ``wins``: games played to the end, counting how often the board is filled (12);
 - ``shaping``: potential-based shaping on the distance to the food, which keeps the best policy best (12);
-- ``tune``: every "choose settings for this device": precision, launch settings, the capstone's, the win preset (08, 09, 11, 12).
+- ``settings``: ``ppo_settings``, PPO's settings from a preset (``learn/presets/``) for the device (06, 11, 12);
+- ``tune``: settings measured on this device: the precision, the launch settings, the capstone's (08, 09, 11).
 """

@@ -1,29 +1,23 @@
-"""DQN on ``VecSnake``: the vectorized counterpart of notebook 01's loop (trained in notebook 05).
+"""DQN on ``VecSnake``: the naive DQN's loop vectorized, with any replay buffer (trained in notebook 05).
 
-Notebook 01's DQN steps one game, asks the network for one action, stores one transition in a
-deque and learns from a batch assembled from a list, every step. Here ``num_envs`` games step
-together; one forward pass picks all their actions (epsilon-greedy, on the device); the
-transitions go into a replay buffer; and every ``train_every`` vector steps the learner takes
-``gradient_steps`` Double-DQN updates against a target network that is copied every
-``target_update_every`` updates. Like ``PPO``, nothing in the loop reads a value back to the
-host, except the scores of finished games once per iteration, read with a flag that says whether
-every TD error and weight stayed finite (``DivergedError`` if not; a test audits
-``act_and_learn`` with ``gpu.sync.audit_syncs``).
+The naive DQN (``learn.naive_dqn``) steps one game, asks the network for one action, stores one
+transition in a deque and learns from a batch assembled from a list, every step. Here
+``num_envs`` games step together; one forward pass picks all their actions (epsilon-greedy, on
+the device); the transitions go into a replay buffer; and every ``train_every`` vector steps the
+learner takes ``gradient_steps`` Double-DQN updates against a target network copied every
+``target_update_every`` updates. As in ``PPO``, the loop reads the host once per iteration: the
+finished games' scores and a flag that every TD error and weight stayed finite (a test audits
+``act_and_learn``).
 
-The ``buffer`` setting picks the replay buffer by name (``replay.base.KINDS``, notebook 05
-compares them): by default ``"tensor"``, a ``TensorReplayBuffer`` on the learner's device.
-The buffers that keep transitions in host memory (``"host"``, ``"pinned"``, ``"memmap"``,
-``"deque"``, ``"arrays"``) copy every added batch from a GPU to the host, which waits for the
-GPU, except ``"pinned"``: its ``add`` only queues the copy, and its ``sample`` waits for it. ``"prioritized"`` is prioritized experience replay: each update's loss is weighted by the
-importance weights, the new priorities are ``|TD error| + PRIORITY_EPS``, and ``beta`` rises
-linearly from ``priority_beta`` to 1 over the training budget.
+``buffer`` picks the replay buffer by name (``replay.KINDS``): by default ``"tensor"``, on the
+learner's device. The host-memory buffers copy every added batch from a GPU and wait for it,
+except ``"pinned"``, whose ``sample`` waits instead. ``"prioritized"`` weights each loss by the
+importance weights, sets priorities to ``|TD error| + PRIORITY_EPS``, and anneals ``beta`` from
+``priority_beta`` to 1 over the budget.
 
-Fewer launches (notebook 09): ``DQNConfig.compile`` runs acting (the greedy pass and the
-epsilon coin flips) and the TD update through ``torch.compile``; ``DQNConfig.cuda_graphs``
-captures each in a CUDA graph (``gpu.graphs.CapturedStep``) and replays it. Acting reads epsilon
-from a device tensor, so a new epsilon needs no recompile, and with either setting Adam is
-graph-safe (``gpu.graphs.graph_safe_adam``).
-The env step and the buffer stay eager: the buffers differ in what they can take.
+``compile`` and ``cuda_graphs`` compile or capture acting and the TD update (``gpu.graphs``):
+epsilon is a device tensor, so a new one needs no recompile, and Adam is graph-safe. The env
+step and the buffer stay eager: the buffers differ in what they can take.
 """
 
 from __future__ import annotations
@@ -91,9 +85,9 @@ class DQNConfig:
     max_grad_norm: float = 10.0
     hidden: int = 128
     compile: bool = False
-    """Run acting and the TD update through ``torch.compile`` (notebook 09); the first calls pay the compile."""
+    """Run acting and the TD update through ``torch.compile`` (``gpu.graphs``); the first calls pay the compile."""
     cuda_graphs: bool = False
-    """Capture acting and the TD update each in a CUDA graph and replay it (notebook 09; CUDA only)."""
+    """Capture acting and the TD update each in a CUDA graph and replay it (``gpu.graphs``; CUDA only)."""
     seed: int = 0
     device: str = "cpu"
 
@@ -272,10 +266,9 @@ class DQN:
     def load_state_dict(self, state: dict) -> None:
         """Continue from ``state_dict()`` of a learner with the same settings, all or nothing.
 
-        Everything but the replay buffer is checked first (:meth:`check_state`); the buffer's
-        ``load_state_dict`` checks its own part before it changes anything, and goes first. So
-        anything wrong raises ``TypeError`` or ``ValueError`` naming the entry, and the learner
-        stays exactly as it was.
+        Everything but the buffer is checked first (:meth:`check_state`), then the buffer loads, checking
+        its own part before it changes anything. So anything wrong raises naming the entry, and the
+        learner stays exactly as it was.
         """
         self.check_state(state)
         self.buffer.load_state_dict(state["buffer"])

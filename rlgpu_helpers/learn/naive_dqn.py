@@ -1,28 +1,23 @@
 """The naive DQN: one game on the CPU, one step at a time (introduced in notebook 01).
 
-This is the baseline every later speedup in the course is compared to. It is written the way
-most DQN tutorials write it: every step turns one observation into a tensor, asks the network
-for its Q-values (with autograd recording, as nobody said not to), steps one ``SnakeEnv``,
-appends a tuple to a ``deque`` and, every step, learns from a batch assembled from that deque
-with list comprehensions (its memory is ``replay.naive.DequeReplay``).
+The baseline every later speedup is compared to, written as most DQN tutorials write it: every
+step turns one observation into a tensor, asks the network for its Q-values (with autograd
+recording, as nobody said not to), steps one ``SnakeEnv``, appends a tuple to a deque
+(``replay.naive.DequeReplay``) and learns from a batch assembled with list comprehensions.
 
-``LoopSettings`` holds the DQN hyperparameters and the switches for the cheap tunings of
-notebook 02; each switch changes one spot of the single loop in :meth:`NaiveDQN.run`:
+``LoopSettings`` holds the hyperparameters and the cheap tunings of notebook 02, each a switch
+that changes one spot of the loop in :meth:`NaiveDQN.run`:
 
 - ``inference_mode``: act under ``torch.inference_mode()`` instead of recording a graph;
-- ``set_to_none``: ``zero_grad(set_to_none=True)`` (PyTorch's default since 2.0; the baseline pins
-  the older ``False``, which writes zeros into every gradient before each update);
+- ``set_to_none``: ``zero_grad(set_to_none=True)`` (the baseline pins the older ``False``, which
+  writes zeros into every gradient);
 - ``learn_every``: one update every ``k`` env steps instead of every step;
-- ``array_batches``: the replay memory is a set of preallocated NumPy arrays
-  (``replay.naive.ArrayReplay``), so a batch is one fancy-indexing per field instead of a list
-  comprehension over tuples;
-- ``num_threads``: ``torch.set_num_threads`` for the run (restored afterwards);
-- ``batch_size``.
+- ``array_batches``: preallocated NumPy arrays (``replay.naive.ArrayReplay``), a batch one fancy
+  index per field;
+- ``num_threads``: ``torch.set_num_threads`` for the run; and ``batch_size``.
 
-The loop times its parts with ``time.perf_counter``: ``env`` (the game), ``act`` (observation to
-action), ``replay`` (storing transitions and assembling batches), ``learn`` (the gradient update
-and the target-network copy) and ``other`` (everything else: loop bookkeeping, the epsilon
-schedule, episode scores, the progress bar).
+The loop times its parts: ``env`` (the game), ``act`` (observation to action), ``replay``
+(storing and batching), ``learn`` (the update and the target copy) and ``other`` (the rest).
 """
 
 from __future__ import annotations

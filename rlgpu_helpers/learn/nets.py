@@ -4,9 +4,9 @@ Introduced in notebook 01 (the Q-network of the naive DQN) and used by every tra
 
 ``make_encoder`` picks the trunk from the observation shape (``net="auto"``) or by name: ``"mlp"``
 (two ReLU layers on the flattened observation) or ``"ego_cnn"`` (:class:`EgoCNN`, for the board
-seen from the head, ``obs_type="ego_grid"``). ``QNetwork`` and ``ActorCritic`` put heads on it. Initialisation follows CleanRL's PPO: orthogonal weights with gain sqrt(2) in the
-trunk, a tiny gain on the policy head (so the first policy is close to uniform) and gain 1 on the
-value head, zero biases.
+seen from the head, ``obs_type="ego_grid"``). ``QNetwork`` and ``ActorCritic`` put heads on it.
+Initialisation follows CleanRL's PPO: orthogonal weights with gain sqrt(2) in the trunk, a tiny
+gain on the policy head (so the first policy is close to uniform), gain 1 on the value head.
 """
 
 from __future__ import annotations

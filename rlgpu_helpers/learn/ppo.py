@@ -1,57 +1,25 @@
 """PPO on ``VecSnake``, the whole loop on the env's device (introduced in notebook 11).
 
-Written to be read top to bottom, CleanRL style: every hyperparameter is a documented field of
-``PPOConfig``; ``PPO.iterate`` collects one rollout of ``num_steps`` steps from ``num_envs``
-games and then runs ``update_epochs`` passes of clipped-objective minibatch updates over it.
+Read it top to bottom, CleanRL style: ``PPOConfig`` documents every hyperparameter, and
+``PPO.iterate`` collects ``num_steps`` steps of ``num_envs`` games, then runs ``update_epochs``
+passes of clipped-objective minibatch updates over them.
 
-What makes it fast: acting, the env, the rollout storage and the update all stay on one device,
-and nothing in the inner loops reads a value back to the host (a test audits ``rollout_step``
-with ``gpu.sync.audit_syncs``). Actions are sampled with the Gumbel-max trick rather than
-``Categorical.sample``, whose ``multinomial`` synchronizes on torch 2.4. Each rollout step runs the
-network once: the policy's logits and the critic's value of the same observations come out of one
-pass through the trunk. The minibatches are a permutation drawn on the device. The only host read
-is once per iteration (``iterate`` reads what ``iterate_on_device`` queued): the scores of the games
-that finished, for the progress bar, and a flag saying whether every loss and weight stayed finite;
-``iterate`` raises ``DivergedError`` when one did not, so a diverged run stops before it is
-checkpointed.
+What makes it fast: the env, acting, the rollout storage and the update stay on one device, and
+the inner loops read nothing back to the host (a test audits ``rollout_step``). Actions are drawn
+with the Gumbel-max trick, since ``Categorical.sample`` synchronizes; one pass of the trunk gives
+both the policy's logits and the critic's value; the minibatches are a permutation drawn on the
+device. ``iterate`` reads the host once: the finished games' scores, and a flag that every loss
+and weight stayed finite (``DivergedError`` if not, so a diverged run is never checkpointed).
 
-Gradient accumulation (notebook 07): ``PPOConfig.accumulation_steps = K`` takes each minibatch in K
-micro-batches, one forward and backward pass each, and steps the optimizer once
-(``gpu.accumulate.accumulated_step``). The update stays exactly the unaccumulated one: the
-advantages are normalized with the mean and standard deviation of the whole minibatch, and each
-micro-batch's loss is weighted by its share of the minibatch. ``K = 1`` is the ordinary update,
-operation for operation.
-
-Mixed precision (notebook 08): ``PPOConfig.precision = "bf16"`` runs every forward pass of the
-model (acting, the critic, the loss) inside its own bf16 autocast region
-(``gpu.precision.precision_context``) and takes the outputs back to float32 before anything
-else: log-probabilities, ratios, advantages and losses stay float32, and no autocast region is
-open during ``backward`` or an optimizer step. ``"fp16"`` does the same in fp16 (the format of
-a T4's tensor cores) and adds a ``torch.amp.GradScaler`` to the update
-(``gpu.accumulate.accumulated_step``): the loss is scaled before ``backward``, the gradient
-unscaled before clipping, and a step with inf or NaN in it is skipped. Its Adam is fused, so that
-the scaler's skip is decided on the device and the update still reads nothing on the host.
-
-Fewer launches (notebook 09): ``PPOConfig.compile`` runs the rollout step (acting, the env step,
-the storage writes), GAE and the minibatch update through ``torch.compile``;
-``PPOConfig.cuda_graphs`` captures each of them in a CUDA graph (``gpu.graphs.CapturedStep``) and
-replays it. Either one makes Adam graph-safe (``gpu.graphs.graph_safe_adam``: the learning rate
-is a device tensor, annealed in place). Both off, the learner runs eagerly, as before. The compile
-and the captures happen on the first calls: ``warm_up`` makes them on iterations it then undoes, so
-that ``training.train`` reports their seconds apart from the training time.
-
-Auto-reset happens inside the env step (``AutoresetMode.SAME_STEP``). A game cut off by the step
-limit (``truncated``) did not end: its reward is topped up with the discounted value of its real
-last observation (``info["final_obs"]``), and only then is the episode boundary treated as an
-end by GAE. A game that ended (``terminated``) gets no bootstrap. Rating those last observations
-takes a second pass of the critic per step.
-
-Long games (notebook 12): ``bootstrap_truncated=False`` counts a truncation as an end instead (a
-snake that circles without eating loses its future), ``reward_scale`` shrinks the returns of games
-thousands of steps long, ``ent_coef_final`` anneals the entropy bonus, ``net`` picks a trunk that
-actor and critic share, and ``mirror`` plays half of the games mirrored left-right: the policy sees
-the mirror image and its action is mirrored back before the env gets it, so every transition is
-still the policy's own. ``learn.tune.win_settings`` gathers them.
+Each lesson is a switch. ``accumulation_steps`` (notebook 07) takes a minibatch in micro-batches
+and gives exactly the unaccumulated update. ``precision`` (notebook 08) autocasts each forward
+pass only; everything after the network stays float32, and fp16 adds a GradScaler and a fused
+Adam, so a skipped step is decided on the device. ``compile`` and ``cuda_graphs`` (notebook 09)
+compile or capture the rollout step, GAE and the update, with a graph-safe Adam; ``warm_up`` pays
+for them on iterations it then undoes. A truncated game did not end: its reward is topped up with
+the value of its real last observation. For long games (notebook 12), ``bootstrap_truncated``,
+``reward_scale``, ``ent_coef_final``, ``net`` and ``mirror``: the preset ``learn/presets/win.toml``,
+read by ``learn.settings.ppo_settings``, sets them.
 """
 
 from __future__ import annotations
@@ -116,19 +84,17 @@ class PPOConfig:
     gamma: float = 0.99
     """Discount factor."""
     reward_scale: float = 1.0
-    """Every reward times this before learning (the scores are not scaled): with gamma near 1 the returns
-    of a long game reach the board's size, and a smaller scale keeps the value loss from swamping the
-    policy's gradient in a shared trunk."""
+    """Every reward times this before learning (not the scores): a smaller scale keeps the returns of a
+    long game from swamping the policy's gradient in a shared trunk."""
     food_shaping: float = 0.0
-    """Weight of a shaping reward for moving towards the food (``learn.shaping``: potential-based, so the
-    best policy stays the best); 0: none. Needs an image observation (``"ego_grid"`` or ``"grid"``)."""
+    """Weight of the potential-based reward for moving towards the food (``learn.shaping``); 0: none.
+    Needs an image observation (``"ego_grid"`` or ``"grid"``)."""
     max_steps_without_food: int | None = None
     """The env's truncation: a game is cut off after this many steps without food (None: the rules'
     ``height * width``, enough for a path through every cell)."""
     bootstrap_truncated: bool = True
-    """Top up a truncated game's last reward with the value of its last observation, since the game did not
-    end. False: a truncation ends the game as a death does, so circling without eating costs the future;
-    the ``"win"`` preset does this, as its evaluation counts a truncated game as lost."""
+    """Top up a truncated game's last reward with the value of its last observation (it did not end).
+    False: a truncation ends the game as a death does, so circling without eating costs the future."""
     gae_lambda: float = 0.95
     """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo."""
     clip_coef: float = 0.2
@@ -136,41 +102,32 @@ class PPOConfig:
     ent_coef: float = 0.01
     """Weight of the entropy bonus (keeps exploring)."""
     ent_coef_final: float | None = None
-    """With a value, the entropy weight goes linearly from ``ent_coef`` to this over the training budget
-    (as ``anneal_lr`` takes the learning rate to 0); None: ``ent_coef`` throughout."""
+    """With a value, the entropy weight goes linearly from ``ent_coef`` to this over the budget."""
     vf_coef: float = 0.5
     """Weight of the value loss."""
     max_grad_norm: float = 0.5
     """Gradient clipping threshold (global L2 norm), applied once per minibatch to the summed gradient."""
     target_kl: float | None = None
-    """Stop an update's epochs early once the policy has moved this far (the approximate KL divergence
-    from the rollout's policy, on the epoch's last minibatch); None: always run every epoch. Checking
-    it reads one number back to the host per epoch."""
+    """Stop an update's epochs once the approximate KL from the rollout's policy passes this (one host
+    read per epoch); None: run every epoch."""
     accumulation_steps: int = 1
-    """Micro-batches per minibatch (notebook 07): each minibatch's gradient is accumulated over this
-    many forward and backward passes before the one optimizer step, so the update needs the memory
-    of a micro-batch (``minibatch / accumulation_steps`` transitions, the first ones a transition
-    larger when it does not divide) and gives exactly the same update. 1: no accumulation."""
+    """Micro-batches per minibatch (notebook 07): the same update, in the memory of a micro-batch.
+    1: no accumulation."""
     hidden: int = 64
     """Width of the hidden layers."""
     net: str = "auto"
-    """The network (``learn.nets``): ``"auto"``, separate actor and critic trunks picked by the observation's
-    shape (every lesson's); ``"mlp"`` or ``"ego_cnn"`` (for ``obs_type="ego_grid"``), one trunk that both
-    heads share."""
+    """The network (``learn.nets``): ``"auto"``, separate actor and critic trunks for the observation;
+    ``"mlp"`` or ``"ego_cnn"`` (``obs_type="ego_grid"``), one trunk both heads share."""
     mirror: bool = False
-    """Play half of the games mirrored left-right, drawn anew at each game's start: the policy sees the
-    mirrored observation and its action is mirrored back for the env (``learn.symmetry``). The rules are
-    symmetric, so this teaches the symmetry at no cost, and the rollout stays on-policy."""
+    """Play half of the games mirrored left-right (``learn.symmetry``): the rules are symmetric, so this
+    teaches the symmetry at no cost, and the rollout stays on-policy."""
     precision: str = "fp32"
-    """The forward passes' precision (notebook 08): ``"fp32"`` (no autocast or TF32 setting of its own),
-    ``"tf32"`` (float32 with TF32 matmuls, CUDA only), ``"bf16"`` (autocast around each forward pass
-    only) or ``"fp16"`` (the same autocast in fp16, and a GradScaler in the update)."""
+    """The forward passes' precision (notebook 08): ``"fp32"``, ``"tf32"`` (CUDA only), ``"bf16"`` or
+    ``"fp16"`` (autocast around each forward pass; fp16 adds a GradScaler)."""
     compile: bool = False
-    """Run the rollout step, GAE and the minibatch update through ``torch.compile`` (notebook 09). The
-    first iteration pays the compile (seconds); ``learn.tune.fastest_settings`` measures whether it pays."""
+    """Run the rollout step, GAE and the minibatch update through ``torch.compile`` (notebook 09)."""
     cuda_graphs: bool = False
-    """Capture the rollout step, GAE and the minibatch update each in a CUDA graph and replay it (notebook
-    09; CUDA only). With ``compile`` too, the compiled functions are captured."""
+    """Capture the rollout step, GAE and the update each in a CUDA graph (notebook 09; CUDA only)."""
     seed: int = 0
     device: str = "cpu"
 
@@ -323,9 +280,7 @@ class PPO:
 
     def iterate(self, budget_used: float = 0.0) -> torch.Tensor:
         """One rollout and one update; returns the scores of games that finished (on the CPU).
-
-        ``budget_used`` (0..1) is how much of the training budget is spent, for lr annealing.
-        """
+        ``budget_used`` (0..1), the share of the training budget spent, anneals the learning rate."""
         c = self.config
         # The one host read per iteration: the finished games' scores, and whether the update diverged.
         read = self.iterate_on_device(budget_used).cpu()
@@ -356,15 +311,12 @@ class PPO:
         return torch.cat([torch.where(self.finished, self.scores, -1).flatten(), diverged.long()])
 
     def warm_up(self) -> float:
-        """Compile and capture what ``compile`` and ``cuda_graphs`` ask for, on iterations that are then undone.
+        """Compile and capture what ``compile`` and ``cuda_graphs`` ask for, on iterations then undone.
 
-        A compiled function compiles on its first call, a captured one is captured on its third
-        (``gpu.graphs.CapturedStep``): seconds of work before the first fast iteration, which
-        ``training.train`` keeps out of the training time. The iterations here make those calls
-        (GAE runs once per iteration); then the weights, Adam's state, the scaler, the games, the
-        mirror flags, the random streams and the counters are put back as they were, in place, so
-        that the graphs keep reading the same tensors and the run that follows is the one it would
-        have been. Returns the seconds it took: 0 for an eager learner, which has nothing to prepare.
+        A compiled function compiles on its first call, a captured one is captured on its third: work
+        that ``training.train`` keeps out of the training time. Everything those iterations changed is
+        put back in place, so the graphs keep their tensors and the run is the one it would have been.
+        Returns the seconds it took (0 for an eager learner).
         """
         c = self.config
         if not (c.compile or c.cuda_graphs):
@@ -394,11 +346,8 @@ class PPO:
         }
 
     def _restore_iteration_state(self, saved: dict) -> None:
-        """Put back what ``_iteration_state`` copied, into the same tensors (CUDA graphs read them there).
-
-        Adam's state made since is zeroed, which is what a fresh Adam starts from: zero moments
-        and a step count of 0.
-        """
+        """Put back what ``_iteration_state`` copied, into the same tensors (CUDA graphs read them there);
+        Adam's state made since is zeroed, as a fresh Adam's is."""
         self.model.load_state_dict(saved["model"])  # copies into the parameters in place
         for p, before in zip(self.model.parameters(), saved["optimizer"]):
             for key, value in self.optimizer.state.get(p, {}).items():
@@ -438,12 +387,8 @@ class PPO:
         self.next_obs = self._rollout_fn(self._t, self.next_obs)
 
     def _rollout_step_at(self, t: torch.Tensor, obs: torch.Tensor) -> torch.Tensor:
-        """The rollout step ``t`` (a 1-element device tensor) from ``obs``: returns the next observations.
-
-        One pass of the network gives the action and the critic's value of ``obs``; with
-        ``bootstrap_truncated``, a second pass of the critic rates the real last observations
-        of the games that just finished.
-        """
+        """The rollout step ``t`` (a 1-element device tensor) from ``obs``; returns the next observations.
+        With ``bootstrap_truncated``, a second pass of the critic rates the finished games' last observations."""
         c = self.config
         # Every random number of the step in one draw: a compiler may not reorder two draws of one stream
         # (torch 2.6 did, and compiled games then differed from eager ones under the same seed).
@@ -500,12 +445,10 @@ class PPO:
         return fp32_matmul_precision(uses_tf32(self.config.precision))
 
     def _forward(self):
-        """The context of every forward pass: ``config.precision``'s autocast and TF32 setting, only around it.
+        """The context of every forward pass: ``config.precision``'s autocast and TF32, only around it.
 
-        fp32 adds no context: the forward passes run as the code around the learner sets them
-        (notebook 08 wraps a whole fp32 run in one autocast region to show what that does).
-        ``self.device`` was resolved once, in ``__init__``: ``precision_context`` takes it as it is, so the
-        compiled rollout checks no device (``torch.cuda.device_count()`` cannot be traced).
+        fp32 adds none, so code around the learner decides. ``self.device`` is resolved once, in
+        ``__init__``, so the compiled rollout checks no device.
         """
         if self.config.precision == "fp32":
             return contextlib.nullcontext()
@@ -540,22 +483,19 @@ class PPO:
         return self._mean_over_learners((log_ratio.exp() - 1 - log_ratio).mean())
 
     def _mean_over_learners(self, value: torch.Tensor) -> torch.Tensor:
-        """``value`` averaged over every learner that shares this update: here just one (notebook 10 has several)."""
+        """``value`` averaged over the learners sharing this update: one here (``learn.ppo_ddp`` has several)."""
         return value
 
     def _advantage_stats(self, advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean and standard deviation that normalize a minibatch's advantages (notebook 10 takes them over every learner)."""
+        """Mean and standard deviation that normalize a minibatch's advantages (over every learner in DDP)."""
         return advantages.mean(), advantages.std()
 
     def _minibatch_loss(self, idx: torch.Tensor, normalize_advantages_over: str = "minibatch"):
-        """PPO's loss on the transitions ``idx`` of the flattened rollout, as a function of a piece of ``idx``.
+        """PPO's loss on the transitions ``idx`` of the flat rollout, as a function ``loss(rows)`` of a piece of it.
 
-        The returned ``loss(rows)`` is the mean clipped-objective loss over the transitions
-        ``rows`` (a micro-batch of ``idx``, or ``idx`` itself). Advantages are normalized with
-        the mean and standard deviation of the whole minibatch ``idx``, computed here once, so
-        that every micro-batch sees the same normalization as the unaccumulated update.
-        ``normalize_advantages_over="micro-batch"`` normalizes each micro-batch with its own
-        statistics instead: the classic mistake, kept so that notebook 07 can show what it does.
+        The advantages are normalized with the statistics of the whole minibatch, computed once, so
+        every micro-batch sees the unaccumulated update's normalization.
+        ``normalize_advantages_over="micro-batch"`` is the classic mistake, kept for notebook 07 to show.
         """
         c = self.config
         check_choice("normalize_advantages_over", normalize_advantages_over, ("minibatch", "micro-batch"))
@@ -586,13 +526,10 @@ class PPO:
 
     def minibatch_gradient(self, idx: torch.Tensor, *, accumulation_steps: int | None = None,
                            normalize_advantages_over: str = "minibatch") -> torch.Tensor:
-        """Set every ``.grad`` to the gradient of PPO's loss on minibatch ``idx``, and return the loss.
+        """Set every ``.grad`` to the gradient of PPO's loss on minibatch ``idx`` of the last rollout; return the loss.
 
-        ``idx`` indexes the flattened rollout of the last ``collect`` (``num_steps * num_envs``
-        transitions). The gradient is accumulated over ``accumulation_steps`` micro-batches
-        (default: the config's), exactly as an update does it, but neither clipped nor applied:
-        notebook 07 and the tests compare it across accumulation steps. For
-        ``normalize_advantages_over`` see ``_minibatch_loss``.
+        Accumulated over ``accumulation_steps`` micro-batches (default: the config's) as an update does,
+        but neither clipped nor applied, so notebook 07 and the tests can compare it across steps.
         """
         steps = self.config.accumulation_steps if accumulation_steps is None else accumulation_steps
         self.optimizer.zero_grad(set_to_none=True)
@@ -613,11 +550,8 @@ class PPO:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from ``state_dict()`` of a learner with the same settings, all or nothing.
-
-        The whole ``state`` is checked first (:func:`check_state`): anything wrong raises
-        ``TypeError`` or ``ValueError`` naming the entry, and the learner stays exactly as it was.
-        """
+        """Continue from ``state_dict()`` of a learner with the same settings, all or nothing: anything wrong
+        raises naming the entry (:meth:`check_state`), and the learner stays as it was."""
         self.check_state(state)
         self.model.load_state_dict(state["model"])
         load_optimizer_state(self.optimizer, state["optimizer"])

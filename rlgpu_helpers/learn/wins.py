@@ -1,4 +1,4 @@
-"""Counting wins: how often a policy fills the whole board (notebook 12; issue 22's measure of a solved Snake).
+"""Counting wins: how often a policy fills the whole board, the measure of a solved Snake (notebook 12).
 
 A game is won when the snake fills the board: it ate its last food with no empty cell left, so
 its score is ``height * width - 3``; ``VecSnake`` ends it (``terminated``) and marks it

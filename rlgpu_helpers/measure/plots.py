@@ -152,20 +152,13 @@ def plot_records(records: Sequence[Record], x: str, *, xlabel: str | None = None
                  xticklabel: Callable[[float], str] | None = None):
     """Plot ``value`` against the parameter ``x``: one line per machine, variant and other setting.
 
-    All records must share one metric and unit (the y axis). Records of one machine and variant
-    that differ in a parameter besides ``x`` (a layer's width, say) get a line each, labelled
-    with it. An axis whose values
-    span a decade or more (``LOG_SPAN``) gets a log scale; a linear y axis of positive values
-    starts at zero. Both axes leave a margin, so no marker touches an edge.
-
-    ``this_machine`` (a machine label) draws that machine's lines solid and every other
-    machine's dashed with hollow markers, and adds to the title what the plot shows: "this
-    machine and 2 reference machines", or "this machine only (no reference records)". So a title
-    never needs to promise references itself. ``hlines`` draws labelled horizontal lines
-    (``{"float32 matmul ceiling": 0.23}``, in the y unit), always inside the visible range.
-    ``xticklabel`` writes each x tick label from its value (:func:`bytes_label`: 1 KiB, 1 GiB);
-    by default they are plain numbers. Labels that would overlap their neighbours are slanted.
-    Returns the matplotlib Figure (Jupyter displays it).
+    All records share one metric and unit (the y axis); records that differ in another parameter
+    than ``x`` get a line each, labelled with it. An axis spanning a decade or more (``LOG_SPAN``) is
+    logarithmic, and a linear y axis of positive values starts at zero. ``this_machine`` draws that
+    machine solid and the others dashed, and the title says what is shown ("this machine and 2
+    reference machines"). ``hlines`` draws labelled ceilings (``{"float32 matmul ceiling": 0.23}``);
+    ``xticklabel`` writes each x tick (:func:`bytes_label`), slanted where they would overlap.
+    Returns the matplotlib Figure.
     """
     import matplotlib.pyplot as plt
 

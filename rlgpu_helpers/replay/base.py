@@ -1,48 +1,27 @@
 """The one API every replay buffer shares, and its checks, written once (introduced in notebook 05).
 
-Every buffer in ``replay/`` stores transitions ``(obs, action, reward, next_obs, terminated)``
-and answers the same calls, so a learner or a benchmark can swap one for another:
+Every buffer stores transitions ``(obs, action, reward, next_obs, terminated)`` and answers the
+same calls, so a learner or a benchmark can swap one for another (:func:`make_buffer`, by name):
 
-- ``add(obs, actions, rewards, next_obs, terminated)``: a batch of transitions, one row per
-  env (first dimension N, tensors on any device); when full, the oldest are overwritten;
-- ``sample(batch_size, generator=None)``: a dict of tensors on the learner's ``device``: the
-  five fields, plus ``"indices"`` (where each row was stored, for :meth:`ReplayBuffer.gather`
-  and ``update_priorities``), drawn uniformly with replacement;
-- ``gather(indices)``: the transitions stored at ``indices``, as ``sample`` returns them;
-- ``transitions()``: the stored transitions, oldest first, as tensors on the host or ``device``
-  where they are stored;
-- ``state_dict()`` / ``load_state_dict(state)``: the stored transitions, oldest first, and
-  their count. The state does not depend on the kind of buffer, so any buffer can load the
-  state of any other (of the same observation shape, with room for it); only a memmap buffer in
-  a folder you named records a reference to its files instead (see ``replay.memmap``);
-- ``len(buffer)``: transitions stored; ``memory_bytes()``: the bytes the storage takes, by place;
-- ``close()``: release what the storage holds outside Python's memory (the memmap buffer's files);
-  a no-op for the others, so a caller closes any buffer the same way.
+- ``add(obs, actions, rewards, next_obs, terminated)``: a batch, one row per env; when full, the
+  oldest are overwritten;
+- ``sample(batch_size, generator=None)``: the five fields on ``device``, drawn uniformly with
+  replacement, and ``"indices"`` (for ``gather`` and ``update_priorities``);
+- ``gather(indices)``, ``transitions()``, ``len(buffer)``, ``memory_bytes()``, and ``close()``
+  (the memmap buffer's files; a no-op elsewhere, so any buffer closes the same way);
+- ``state_dict()`` / ``load_state_dict(state)``: the transitions, oldest first, and their count,
+  the same for every kind, so any buffer loads any other's state (a memmap buffer in a named
+  folder refers to its files instead).
 
-:func:`make_buffer` builds any of them by a short name (:data:`KINDS`), which is how
-``DQNConfig(buffer=...)`` and the ``replay`` bench suite choose one.
+``device`` is where samples are delivered; ``storage_device``, where the storage lives (the host
+for deque, arrays, pinned and memmap). Indices are drawn there, so a ``generator`` lives there.
 
-Two devices: ``device`` is where samples are delivered (the learner's device); the storage
-lives on ``storage_device``, which for the host-storage buffers (deque, arrays, pinned,
-memmap, and ``TensorReplayBuffer(storage_device="cpu")``) is the CPU even when the learner
-is on a GPU. Indices are drawn on the storage device, so a ``generator`` must live there.
-
-Bad input is refused before anything is written, with an error that names the parameter and
-the value: ``TypeError`` for a wrong type (a list where a tensor belongs, float actions),
-``ValueError`` for a wrong value (a shape, a size out of range, a generator on another device).
-A capacity whose storage cannot fit where it lives is refused before anything is allocated,
-naming the bytes needed and the bytes available.
-
-``add`` and ``load_state_dict`` accept the same transitions: finite observations and rewards,
-``terminated`` 0 or 1, actions >= 0 (and below ``num_actions`` where the buffer is given it),
-so every state a buffer holds can be loaded again (a checkpoint that cannot be resumed is lost
-work). ``load_state_dict`` and ``gather`` check values on the host, which waits for the device
-once: they are not meant for a hot loop. ``add`` must not wait, so it checks values where they
-are: transitions in host memory at once, before anything is written; transitions on a GPU on
-the GPU (``gpu.sync.DeferredCheck``), and the ``ValueError`` naming the row and the field comes
-from a later call (``add``, ``sample``, ``gather``), at the latest from ``state_dict``, which
-waits for the check. From then on the buffer refuses to be sampled or saved until a state is
-loaded into it, since it holds the bad transition.
+Bad input is refused before anything is written, naming the parameter and the value:
+``TypeError`` for a wrong type, ``ValueError`` for a wrong value, and a capacity that cannot fit
+before anything is allocated. ``add`` and ``load_state_dict`` accept the same transitions, so
+every state a buffer holds loads again. ``add`` must not wait: it checks values where they are,
+on a GPU with ``gpu.sync.DeferredCheck``, whose error comes from a later call (``state_dict`` at
+the latest); the buffer then refuses to be sampled or saved until a state is loaded.
 """
 
 from __future__ import annotations
@@ -59,9 +38,8 @@ FIELDS = ("obs", "actions", "rewards", "next_obs", "terminated")
 """What a transition holds, in the order ``add`` takes it."""
 DTYPES = {"obs": torch.float32, "actions": torch.int64, "rewards": torch.float32,
           "next_obs": torch.float32, "terminated": torch.float32}
-"""How each field is stored and delivered. ``terminated`` is stored rather than "done": a game
-cut off by the step limit (truncated) still bootstraps from ``next_obs``, its real last
-observation."""
+"""How each field is stored and delivered. ``terminated``, not "done": a game cut off by the step
+limit still bootstraps from ``next_obs``, its real last observation."""
 _BAD = ("obs that are not finite", "next_obs that are not finite", "a reward that is not finite",
         "terminated that is not 0 or 1", "action {}")
 """What a row of ``add`` can get wrong, bit by bit of the code its value check records."""
@@ -78,12 +56,8 @@ def ring_slices(pos: int, count: int, capacity: int) -> list[tuple[slice, slice]
 
 
 def _describe_bad_row(num_actions: int | None, index: int, value: int, calls_ago: int) -> str:
-    """The error of ``add``'s value check: which row, and what is wrong with it (``_BAD``).
-
-    ``calls_ago`` counts the adds since the bad one. The error may come from a later call
-    (``state_dict``, ``sample``, the next ``add``) when the check ran on a GPU, so the add is
-    named from the latest one, not from the call that raises.
-    """
+    """The error of ``add``'s value check: which row, and what is wrong with it (``_BAD``). ``calls_ago``
+    counts the adds since the bad one, which a GPU's check reports from a later call."""
     code, action = value & 0xFF, value >> 8
     allowed = ">= 0" if num_actions is None else f"in [0, {num_actions - 1}]"
     what = [text.format(f"{action} (must be {allowed})") for bit, text in enumerate(_BAD) if code >> bit & 1]
@@ -177,12 +151,8 @@ class ReplayBuffer:
         return self._deliver(self._gather(indices))
 
     def transitions(self) -> dict:
-        """The stored transitions (copies), oldest first, one tensor per field (in RAM, even for
-        a memmap buffer).
-
-        Waits for the value checks of every ``add`` first: a bad transition is never returned,
-        so a checkpoint made from them can always be loaded.
-        """
+        """The stored transitions (copies, in RAM), oldest first, one tensor per field; after the value checks
+        of every ``add``, so a checkpoint made from them always loads."""
         self._settle_checks()
         return self._rows()
 
@@ -192,11 +162,8 @@ class ReplayBuffer:
         return {**self.transitions(), "size": self.size}
 
     def load_state_dict(self, state: dict) -> None:
-        """Replace the contents with those of ``state_dict()`` of any buffer of the same obs shape.
-
-        Checked first: a bad state raises naming the entry and the value, and the buffer stays
-        as it was.
-        """
+        """Replace the contents with ``state_dict()`` of any buffer of the same obs shape; a bad state raises
+        naming the entry and the value, and the buffer stays as it was."""
         self._put_state(self._checked_state(state))
         self._invalid = None  # a bad transition, stored or on its way to be noted, has been replaced
         self._make_value_checks()

@@ -2,49 +2,24 @@
 
 Introduced in notebook 05.
 
-``MemmapReplayBuffer`` is a ``TensorReplayBuffer`` whose tensors are views of files in a folder
-(NumPy memmaps wrapped by ``torch.from_numpy``): one file per field, ``capacity`` rows each, a
-small JSON header and a count. The operating system pages rows in and out on demand, so:
+``MemmapReplayBuffer`` is a ``TensorReplayBuffer`` whose tensors are views of files in a folder:
+one file per field, a small JSON header and a count. The operating system pages rows in and out,
+so the capacity may exceed RAM (the files are sparse; a capacity the disk cannot hold is refused
+up front, as writing a mapped page on a full disk kills the process), and the contents outlive
+the process: ``MemmapReplayBuffer.open(path)`` maps the same files again.
 
-- the capacity may exceed the machine's RAM: the files are created sparse (no disk blocks until
-  a row is written), and only the rows in use need memory, as page cache the OS can drop. The
-  disk must hold them once written: a capacity the disk has no room for is refused up front
-  (writing a mapped page on a full disk kills the process with SIGBUS);
-- the contents outlive the process: ``MemmapReplayBuffer.open(path)`` (or the constructor with
-  the same ``path``, capacity and shape) maps the same files again, with the same transitions.
+Transitions are committed whole, so a process killed at any moment leaves no torn row. The count
+(every transition ever added, ``count.bin``) is written after the rows; once the ring is full, a
+batch goes to a journal first, and opening a folder whose journal is set finishes the copy. A
+kill loses at most the add it interrupted; :meth:`MemmapReplayBuffer.flush` guards a power cut.
 
-Transitions are committed whole, so a process killed at any moment (Ctrl-C, a preempted
-machine) leaves no torn row, the observation of one transition with the action of another,
-among the rows it counts. The count is one int64 in the mapped file ``count.bin``: every
-transition ever added, which gives the write position and the size. ``add`` writes the rows
-first and the count after them, so a kill in between leaves rows beyond the count, unused.
-Once the ring is full a new row overwrites a counted one, so the batch goes to a journal first
-(``journal-*.bin``, then its row count), then into the ring, then the count, then the journal
-is cleared; opening a folder whose journal is still set finishes the copy. A kill loses at
-most the add it interrupted. (A process kill keeps every write to a mapped file: they are in
-the page cache. :meth:`MemmapReplayBuffer.flush` writes them to the disk, against a power cut.)
-
-Other guards:
-
-- one buffer at a time holds a folder (``core.files.exclusive_lock`` on its ``lock`` file); a
-  second is refused with the holder's pid;
-- creating a buffer is retry-safe: the header is written last, and a folder holding only this
-  buffer's files without a header (a creation killed or out of disk space) is created afresh;
-- a folder that is not a buffer's is refused before anything is written: a folder with other
-  files and no header ("foreign"), a header that is not valid JSON or not this format, or data
-  files of the wrong size ("corrupt"), each with the path and what is wrong;
-- a temporary buffer (``path=None``) lives in a folder ``rlgpu-replay-*`` of the system's
-  temporary folder, deleted on ``close``, when the buffer is garbage collected or at exit; the
-  ones a killed process left are deleted when the next temporary buffer is made (those whose
-  lock no live process holds);
-- ``state_dict`` of a buffer in a folder you named refers to the files instead of copying them
-  (a buffer larger than RAM could not be copied): it flushes and records the folder, the
-  buffer's id and the count. ``load_state_dict`` of that state, in a later process on the same
-  folder, goes back to that count. Transitions added after the checkpoint may remain in slots
-  it counts: whole newer transitions, never torn ones. A temporary buffer's state holds the
-  rows, as every other buffer's.
-
-Samples are gathered on the CPU and delivered to ``device``.
+Other guards: one buffer at a time holds a folder (``core.files.exclusive_lock``); creating is
+retry-safe (the header is written last); a folder that is not a buffer's (foreign files, a bad
+header, data files of the wrong size) is refused before anything is written; a temporary buffer
+(``path=None``) is deleted on ``close``, at garbage collection or at exit, and those a killed
+process left are deleted by the next one. ``state_dict`` of a buffer in a named folder refers to
+the files instead of copying them; loading it goes back to that count (newer whole transitions
+may remain in its slots, never torn ones). Samples are gathered on the CPU.
 """
 
 from __future__ import annotations
@@ -88,10 +63,8 @@ def _own_files() -> set[str]:
 class MemmapReplayBuffer(TensorReplayBuffer):
     """A ring of transitions in memory-mapped files in the folder ``path``.
 
-    ``path`` None: a fresh temporary folder, deleted on ``close``, when the buffer is garbage
-    collected or at exit. An empty or missing folder: a new buffer is created there. A folder
-    holding a buffer: it is opened with its contents, and ``capacity`` and ``obs_shape`` must
-    match it.
+    ``path`` None: a fresh temporary folder. An empty or missing folder: a new buffer there. A folder
+    holding a buffer: opened with its contents; ``capacity`` and ``obs_shape`` must match it.
     """
 
     def __init__(self, capacity: int, obs_shape, device: str | torch.device = "cpu", *,
@@ -325,9 +298,8 @@ def _allocated_bytes(path: Path) -> int:
 def remove_stale_temporaries(folder: str | Path | None = None) -> list[Path]:
     """Delete the temporary buffer folders (``rlgpu-replay-*``) that killed processes left; returns them.
 
-    A folder is stale when its lock records a pid and no process holds the lock: the operating
-    system drops a process's lock when it ends, however it ends. A live buffer's folder, or one
-    whose lock has no pid yet (being made), is left alone.
+    Stale: its lock records a pid and no process holds it (the system drops a lock when its process
+    ends, however it ends). A folder whose lock has no pid yet (being made) is left alone.
     """
     removed = []
     for candidate in sorted(Path(folder or tempfile.gettempdir()).glob(f"{TEMPORARY_PREFIX}*")):

@@ -1,37 +1,22 @@
 """A host-memory replay buffer that prefetches the next batch to the GPU (introduced in notebook 05).
 
-A buffer in ordinary (pageable) host memory pays twice for every batch on a GPU: the gather on
-the CPU, then a copy that the CPU must stage through a pinned bounce buffer and wait for
-(``.to(device)`` synchronizes). ``PinnedReplayBuffer`` removes the wait and hides the copy:
+A buffer in pageable host memory pays twice for every batch on a GPU: the gather on the CPU, then
+a copy staged through a bounce buffer that the host waits for. ``PinnedReplayBuffer`` removes the
+wait and hides the copy:
 
-- its storage is allocated in pinned (page-locked) host memory, so transitions that come from
-  a GPU env are written into it directly by DMA, without staging. ``add`` does not wait for
-  them: each field is one ``copy_(..., non_blocking=True)`` into the pinned ring (no blocking
-  copy, no synchronization; ``tests/test_fake_cuda.py`` checks it), and it records a CUDA event
-  after the copies;
-- the host waits on that event (``Event.synchronize``) only when it next reads or overwrites the
-  storage: the gather of ``sample``, ``state_dict``, ``load_state_dict``. So the one wait of a
-  learner that adds then samples is in ``sample``: it lasts until the GPU has finished the work
-  queued before the ``add`` (the env step that made the transitions) and the copies. On a GPU
-  the sync audit's profiler count shows it as one ``cudaEventSynchronize`` (the notebook's
-  ``buffer_sync_table`` prints that count); a CPU has no event to wait on. A GPU-resident
-  buffer (``TensorReplayBuffer`` on the GPU) has no such wait;
-- ``sample`` gathers the *next* batch on the CPU into a fresh pinned tensor and starts copying it
-  to the GPU with ``non_blocking=True`` on a side CUDA stream, then returns the batch prefetched
-  in the same way during the previous call. The learner's stream waits for the copy with
-  ``wait_stream`` (a wait on the GPU, not on the host), and ``record_stream`` tells the caching
-  allocator that the learner's stream uses the batch, so its memory is not reused too early.
+- its storage is pinned, so transitions from a GPU env arrive by DMA: ``add`` is one
+  ``copy_(..., non_blocking=True)`` per field and a CUDA event, no synchronization;
+- the host waits on that event only when it next reads or overwrites the storage (``sample``,
+  ``state_dict``, ``load_state_dict``): one ``cudaEventSynchronize`` per step, where a
+  GPU-resident ``TensorReplayBuffer`` has none;
+- ``sample`` gathers the *next* batch into a fresh pinned tensor and copies it on a side stream,
+  then returns the batch prefetched by the previous call; the learner's stream waits for the copy
+  on the GPU (``wait_stream``), and ``record_stream`` keeps its memory from reuse too early.
 
-So the copy of batch k+1 runs while the learner computes on batch k. The cost: a returned batch
-was drawn one call earlier, so transitions added since appear from the next batch on; and a
-change of ``batch_size`` (or ``load_state_dict``) drops the prefetched batch and draws afresh.
-A ``generator`` given to ``sample`` draws the batch after the one returned.
-
-Pinned memory needs CUDA. When ``device`` is not a CUDA device (a CPU-only machine), storage
-and batches are ordinary memory and there is no side stream: ``sample`` still returns the batch
-prepared during the previous call, by the same code, and each transfer is a no-op. Pinned
-allocations are rounded up to a power of two by PyTorch's caching host allocator, and pinned
-memory cannot be swapped out: ``memory_bytes`` reports what the buffer asked for.
+So batch k+1 is copied while the learner computes on batch k. The cost: a batch was drawn one call
+earlier, and a new ``batch_size`` (or ``load_state_dict``) draws afresh. Without CUDA, storage
+and batches are ordinary memory, by the same code, and each transfer is a no-op.
+``memory_bytes`` reports what the buffer asked for (the pinned allocator rounds up).
 """
 
 from __future__ import annotations

@@ -2,27 +2,19 @@
 
 Proportional prioritization (Schaul et al., 2016): transition ``i`` with priority ``p_i`` is drawn
 with probability ``P(i) = p_i ** alpha / sum_j p_j ** alpha`` (``alpha = 0``: uniform), and its
-update is scaled by the importance weight ``w_i = (N * P(i)) ** -beta / max_j (N * P(j)) ** -beta``
-(``N`` transitions stored; the maximum is over all of them, so weights are at most 1 and the
-same transition gets the same weight in every batch). ``N`` cancels: ``w_i = (P(i) / min_j
-P(j)) ** -beta``. A learner passes new priorities (usually ``|TD error| + eps``) back with
-``update_priorities(indices, priorities)``; a new transition gets the largest priority seen so
-far, so it is drawn at least once soon.
+update is scaled by the importance weight ``w_i = (P(i) / min_j P(j)) ** -beta`` (at most 1, and
+the same in every batch). Learners pass new priorities (``|TD error| + eps``) back with
+``update_priorities``; a new transition gets the largest priority seen, so it is drawn soon.
 
-How it draws without leaving the device: the priorities are one tensor next to the transitions;
-``sample`` takes ``cumsum`` of ``p ** alpha`` (in float64, so that a million small terms still add
-up exactly enough), draws ``batch_size`` uniform numbers below the total and finds each one's
-slot with ``searchsorted``. That is O(N) work per batch where a sum tree does O(batch * log N),
-but it is a handful of kernels with no data-dependent sizes, so on a GPU it never waits for the
-host, where TorchRL's sum tree lives on the CPU. Stored and delivered on ``device``.
+It draws without leaving the device: ``cumsum`` of ``p ** alpha`` (float64, so a million small
+terms still add up), uniform draws below the total, and ``searchsorted``. O(N) per batch where a
+sum tree is O(batch log N), but a handful of kernels with no data-dependent sizes, so a GPU never
+waits for the host (TorchRL's sum tree lives on the CPU).
 
-Checking new priorities is the hard part: NaN, infinite, zero or negative priorities would
-poison every later draw, but looking at them on the host would make every learning step wait
-for the GPU. So ``update_priorities`` checks shapes, dtypes and devices on the host (metadata,
-free), and values on the device with :class:`~rlgpu_helpers.gpu.sync.DeferredCheck`: a bad
-value (or an index that holds no transition) freezes the update on the device, so nothing is
-written, and the ``ValueError`` naming it is raised on the host as soon as the note has
-arrived: at once on a CPU; on a GPU, by a later ``update_priorities`` call.
+Bad priorities (NaN, infinite, zero, negative) would poison every later draw, yet reading them on
+the host would make every step wait. So ``update_priorities`` checks metadata on the host and
+values on the device (:class:`~rlgpu_helpers.gpu.sync.DeferredCheck`): a bad value freezes the
+update, and its ``ValueError`` comes at once on a CPU, from a later call on a GPU.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """A replay buffer of preallocated tensors (introduced in notebook 05).
 
-The naive DQN of notebook 01 keeps transitions in a Python deque and builds every batch from a
-list of small arrays. ``TensorReplayBuffer`` allocates each field once, as one big tensor,
-writes a whole batch of transitions with at most two slice copies per field (the ring may wrap
-once), and samples a batch with one random index tensor: no Python loop over transitions.
-Its write position and size are plain Python ints, so adding and sampling never read a value
-back from a GPU; the only waits are the copies between host storage and a GPU (``_copies_wait``).
+The naive DQN (``learn.naive_dqn``) keeps transitions in a deque and builds every batch from a list
+of small arrays. ``TensorReplayBuffer`` allocates each field once, writes a batch with at most two
+slice copies per field, and samples with one random index tensor: no Python loop over
+transitions. Its position and size are Python ints, so it never reads a value back from a GPU;
+the only waits are copies between host storage and a GPU (``_copies_wait``).
 
-Where the tensors live is the lesson's main knob:
-
-- ``TensorReplayBuffer(capacity, obs_shape, device="cuda")``: on the GPU, next to the learner
-  (GPU-resident: sampling is a gather on the GPU, no copy at all);
-- ``TensorReplayBuffer(..., device="cuda", storage_device="cpu")``: in ordinary (pageable) host
-  memory, each batch gathered on the CPU and copied to the GPU with a plain ``.to``, which waits
-  for the copy: the baseline that :mod:`~rlgpu_helpers.replay.pinned` improves on;
-- on a machine without a GPU both are the same buffer in host memory.
-
-``PinnedReplayBuffer``, ``MemmapReplayBuffer`` and ``PrioritizedReplayBuffer`` build on this one
-and change where the tensors come from or how indices are drawn.
+Where the tensors live is the lesson's main knob: ``device="cuda"`` keeps them on the GPU, next
+to the learner (sampling is a gather, no copy); ``storage_device="cpu"`` keeps them in pageable
+host memory, each batch copied with a plain ``.to`` that waits, the baseline that
+``replay.pinned`` improves on. ``PinnedReplayBuffer``, ``MemmapReplayBuffer`` and
+``PrioritizedReplayBuffer`` build on this one.
 """
 
 from __future__ import annotations
