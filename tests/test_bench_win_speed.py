@@ -1,6 +1,8 @@
 """bench win_speed: the preset's configurations, one technique at a time and by shape, timed and recorded as they
 come; on CUDA (`-m gpu`) with a profile of the GPU's iteration."""
 
+import dataclasses
+
 import pytest
 
 from rlgpu_helpers.bench.win_speed import (
@@ -15,11 +17,12 @@ from rlgpu_helpers.bench.win_speed import (
     speed_table,
     speed_target_lines,
 )
-from rlgpu_helpers.learn.ppo import PPOConfig
-from rlgpu_helpers.learn.tune import WIN_MINIBATCH_ROWS, win_settings
+from rlgpu_helpers.learn.settings import ppo_settings, preset_settings
 from rlgpu_helpers.measure.records import Record
 
 SMALL = {"num_envs": 16, "num_steps": 8, "hidden": 8, "num_minibatches": 2}
+WIN_MINIBATCH_ROWS = 1024
+"""The ``"win"`` preset's minibatch, in rows, on every device (its ``minibatch_rows``)."""
 
 
 def rows_of(settings: dict) -> int:
@@ -28,7 +31,7 @@ def rows_of(settings: dict) -> int:
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_the_ladder_adds_one_technique_at_a_time_and_ends_at_the_preset(device):
-    preset = win_settings(device)
+    preset = preset_settings("win", device)
     ladder = [{**preset, **changes} for name, changes in speed_settings(device, (EAGER, LAUNCHES)).items()
               if not name.startswith("the old")]
     assert ladder[0]["precision"] == "fp32" and not ladder[0]["compile"] and not ladder[0]["cuda_graphs"]
@@ -43,7 +46,7 @@ def test_the_ladder_adds_one_technique_at_a_time_and_ends_at_the_preset(device):
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_the_shapes_change_the_minibatch_rows_the_games_or_the_trunk_and_nothing_else(device):
-    preset = win_settings(device)
+    preset = preset_settings("win", device)
     assert rows_of(preset) == WIN_MINIBATCH_ROWS
     shapes = [{**preset, **changes} for changes in speed_settings(device, (SHAPES,)).values()]
     assert [rows_of(s) for s in shapes] == [4096, 8192, WIN_MINIBATCH_ROWS, WIN_MINIBATCH_ROWS]
@@ -52,14 +55,14 @@ def test_the_shapes_change_the_minibatch_rows_the_games_or_the_trunk_and_nothing
     for s in shapes:  # no compile below the preset, and on a GPU still its CUDA graphs
         assert not s["compile"] and s["cuda_graphs"] == (device == "cuda") and s["precision"] == preset["precision"]
         if device == "cpu":
-            PPOConfig(**s)
+            dataclasses.replace(ppo_settings("cpu", "win"), **s)
 
 
 def test_each_configuration_is_timed_and_handed_over_as_it_is_measured():
     handed = []
     records = measure_win_speed("cpu", progress=False, groups=(EAGER, SHAPES), seconds=0.05, size=6,
                                 save=handed.append, **SMALL)
-    configs = speed_settings("cpu", (EAGER, SHAPES), {**win_settings("cpu"), **SMALL})
+    configs = speed_settings("cpu", (EAGER, SHAPES), ppo_settings("cpu", "win", size=6, overrides=SMALL))
     assert [batch[0].variant for batch in handed] == list(configs)
     assert [r for batch in handed for r in batch] == records
     for batch in handed:

@@ -8,14 +8,16 @@ from hypothesis import strategies as st
 
 from rlgpu_helpers.core.args import check_settings
 from rlgpu_helpers.learn.ppo import PPOConfig
-from rlgpu_helpers.learn.tune import check_chosen_settings, ours_settings
+from rlgpu_helpers.learn.tune import CAPSTONE_OBS, check_chosen_settings
 
 CHOSEN = {"num_envs": 256, "precision": "fp32", "compile": False, "cuda_graphs": False}
 KINDS = {f.name: type(f.default) for f in dataclasses.fields(PPOConfig) if f.default is not None}
 
 
-def test_a_sound_choice_gives_ours_settings_updated_with_it():
-    assert check_chosen_settings(CHOSEN, "cpu", "cpu.json") == {**ours_settings("cpu"), **CHOSEN}
+def test_a_sound_choice_gives_the_capstones_start_updated_with_it():
+    settings = check_chosen_settings(CHOSEN, "cpu", "cpu.json")
+    assert "device" not in settings and "seed" not in settings  # given to each run apart
+    assert PPOConfig(**settings) == PPOConfig(obs_type=CAPSTONE_OBS, **CHOSEN)  # the start preset on a CPU: defaults
 
 
 @pytest.mark.parametrize("edit, error, message", [

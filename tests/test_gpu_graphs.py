@@ -2,6 +2,7 @@
 equals eager code, the graph breaks are found, bad settings are refused; on CUDA (`-m gpu`) a
 captured step replays equal eager steps, draws fresh random numbers, and PPO trains graph-captured."""
 
+import dataclasses
 import inspect
 import io
 
@@ -25,7 +26,8 @@ from rlgpu_helpers.gpu.graphs import (
 from rlgpu_helpers.gpu.sync import DeferredCheck, audit_syncs
 from rlgpu_helpers.learn.dqn import DQN, DQNConfig
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig, sample_actions
-from rlgpu_helpers.learn.tune import choose_settings, win_settings
+from rlgpu_helpers.learn.settings import ppo_settings
+from rlgpu_helpers.learn.tune import choose_settings
 from rlgpu_helpers.snake import rules
 from rlgpu_helpers.snake.vec import VecSnake
 
@@ -98,10 +100,10 @@ def test_the_win_preset_compiled_after_its_warm_up_plays_the_same_games_and_upda
     """The same seed, compiled (with Inductor drawing its random numbers as eager torch does) or eager: the same
     games, step for step, and the same values and updates to float32 rounding, over several iterations. The
     compiled learner is warmed up first, and the warm-up's iterations are undone: it starts where eager starts."""
-    settings = {**win_settings("cpu"), **WIN_SMALL, "precision": "fp32"}
+    config = ppo_settings("cpu", "win", overrides={**WIN_SMALL, "precision": "fp32"})
     with torch._inductor.config.patch(fallback_random=True):
-        eager = run_iterations(PPO(PPOConfig(**{**settings, "compile": False})))
-        compiled = PPO(PPOConfig(**{**settings, "compile": True}))
+        eager = run_iterations(PPO(dataclasses.replace(config, compile=False)))
+        compiled = PPO(dataclasses.replace(config, compile=True))
         assert compiled.warm_up() > 0 and (compiled.env_steps, compiled.iterations) == (0, 0)
         optimizer_steps = [int(s["step"]) for s in compiled.optimizer.state.values()]
         assert optimizer_steps and set(optimizer_steps) == {0}  # the warm-up's steps undone: a fresh Adam
@@ -120,11 +122,11 @@ def test_the_win_preset_compiled_after_its_warm_up_plays_the_same_games_and_upda
 def test_what_an_iteration_changes_is_put_back_in_place_and_the_run_goes_on_as_before():
     """``warm_up``'s undo on an eager learner mid-run (Adam has state): the iterations after it equal a twin's
     that never ran the undone ones; the tensors are the same objects (a CUDA graph reads them where they lie)."""
-    settings = {**win_settings("cpu"), **WIN_SMALL, "compile": False}
-    twin = PPO(PPOConfig(**settings))
+    config = ppo_settings("cpu", "win", overrides={**WIN_SMALL, "compile": False})
+    twin = PPO(config)
     twin.iterate(0.1)
     want = run_iterations(twin, 2)
-    learner = PPO(PPOConfig(**settings))
+    learner = PPO(config)
     learner.iterate(0.1)
     tensors = [id(t) for t in [*learner.model.parameters(), learner.flipped, learner.env._stamp]
                + [v for s in learner.optimizer.state.values() for v in s.values()]]
@@ -139,13 +141,13 @@ def test_what_an_iteration_changes_is_put_back_in_place_and_the_run_goes_on_as_b
         for name in ROLLOUT + ("logprobs", "values", "advantages"):
             assert torch.equal(a[name], b[name]), name
         assert all(torch.equal(p, q) for p, q in zip(a["weights"], b["weights"]))
-    assert PPO(PPOConfig(**settings)).warm_up() == 0.0  # eager: nothing to compile or capture
+    assert PPO(config).warm_up() == 0.0  # eager: nothing to compile or capture
 
 
 def test_an_iteration_of_the_win_preset_reads_nothing_on_the_host_before_its_one_read():
     """On a CPU the audit intercepts every operator that would wait for a GPU: none in the whole iteration's
     device work (rollout, GAE, every epoch's minibatch updates); the one read is ``iterate``'s."""
-    learner = PPO(PPOConfig(**{**win_settings("cpu"), **WIN_SMALL, "compile": False}))
+    learner = PPO(ppo_settings("cpu", "win", overrides={**WIN_SMALL, "compile": False}))
     report = audit_syncs(lambda: learner.iterate_on_device(0.5), "cpu")
     assert report.total == 0, report
     read = audit_syncs(lambda: learner.iterate(0.5), "cpu")  # the copy, then what is done with it on the host
@@ -562,10 +564,8 @@ def test_a_whole_iteration_of_the_win_preset_queues_on_cuda_without_one_sync(lau
     """``set_sync_debug_mode("error")`` over an iteration's device work (the rollout, GAE, every minibatch update of
     every epoch): any synchronizing CUDA call raises. The preset itself runs at full size (compiled, captured, in
     this GPU's 16-bit format, as ``train --preset win`` runs it); the rungs below it at a smaller size."""
-    settings = {**win_settings("cuda"), **launches}
-    if launches:
-        settings.update(num_envs=512, num_steps=32, num_minibatches=16)
-    learner = PPO(PPOConfig(**settings, device="cuda"))
+    smaller = {"num_envs": 512, "num_steps": 32, "num_minibatches": 16} if launches else {}
+    learner = PPO(ppo_settings("cuda", "win", overrides={**launches, **smaller}))
     setup = learner.warm_up()
     assert (setup > 0) == (learner.config.compile or learner.config.cuda_graphs)
     learner.iterate(0.0)  # an eager learner's first calls set cuBLAS and the allocator up

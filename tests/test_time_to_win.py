@@ -21,7 +21,6 @@ from rlgpu_helpers.bench.time_to_win import (
     win_table,
 )
 from rlgpu_helpers.learn.agents import load_agent
-from rlgpu_helpers.learn.tune import win_settings
 from rlgpu_helpers.learn.training import ScoreCurve
 from rlgpu_helpers.learn.wins import WinRecord
 from rlgpu_helpers.measure.records import Record

@@ -18,8 +18,8 @@ from rlgpu_helpers.learn.nets import ActorCritic, EgoCNN, init_layer, make_encod
 from rlgpu_helpers.learn.ppo import PPO, PPOConfig
 from rlgpu_helpers.learn.symmetry import mirror_actions, mirror_observation
 from rlgpu_helpers.learn.training import ADDED_FIELDS, train
-from rlgpu_helpers.learn import tune
-from rlgpu_helpers.learn.tune import WIN_MINIBATCH_ROWS, win_settings
+from rlgpu_helpers.learn import settings
+from rlgpu_helpers.learn.settings import ppo_settings, preset_settings
 from rlgpu_helpers.snake import rules
 
 EGO = dict(obs_type="ego_grid", height=6, width=6)
@@ -232,11 +232,11 @@ def test_a_run_saved_before_the_new_settings_resumes_and_its_agent_plays(tmp_pat
 
 
 def test_the_win_preset_learns_alike_on_every_device_and_runs_as_each_device_runs_fastest():
-    cpu, gpu = win_settings("cpu"), win_settings("cuda")
-    for settings in (cpu, gpu):
-        assert settings["obs_type"] == "ego_grid" and settings["mirror"] and not settings["bootstrap_truncated"]
-        assert settings["num_envs"] * settings["num_steps"] // settings["num_minibatches"] == WIN_MINIBATCH_ROWS
-    PPOConfig(**cpu)  # a valid config (cuda_graphs needs a GPU to build one)
+    cpu, gpu = preset_settings("win", "cpu"), preset_settings("win", "cuda")
+    for values in (cpu, gpu):
+        assert values["obs_type"] == "ego_grid" and values["mirror"] and not values["bootstrap_truncated"]
+        assert values["num_envs"] * values["num_steps"] // values["num_minibatches"] == 1024
+    assert dataclasses.asdict(ppo_settings("cpu", "win")).items() >= cpu.items()  # a valid config (not on a GPU here)
     how_it_runs = {"num_envs", "num_minibatches", "precision", "compile", "cuda_graphs"}
     assert {name for name in cpu if cpu[name] != gpu[name]} <= how_it_runs
     assert cpu["compile"] and gpu["compile"] and gpu["cuda_graphs"] and not cpu["cuda_graphs"]
@@ -252,26 +252,25 @@ def test_the_agents_on_file_were_trained_by_the_preset_as_it_is_now():
     assert "ppo-ego_grid-win-10x10-cpu.pt" in [path.name for path in paths]
     for path in paths:
         config = load_agent(path).config
-        preset = win_settings("cpu" if path.stem.endswith("-cpu") else "cuda")
+        preset = preset_settings("win", "cpu" if path.stem.endswith("-cpu") else "cuda")
         differ = {k: (config[k], v) for k, v in preset.items() if k != "precision" and config[k] != v}
         assert not differ, (path.name, differ)
 
 
 @pytest.mark.parametrize("bf16_native", [True, False])
 def test_the_win_preset_takes_bf16_on_a_cpu_only_where_it_multiplies_bf16_natively(monkeypatch, bf16_native):
-    traits = tune.device_traits("cpu")
-    monkeypatch.setattr(tune, "device_traits", lambda device: dataclasses.replace(traits, bf16_native=bf16_native))
-    assert win_settings("cpu")["precision"] == ("bf16" if bf16_native else "fp32")
+    traits = settings.device_traits("cpu")
+    monkeypatch.setattr(settings, "device_traits", lambda device: dataclasses.replace(traits, bf16_native=bf16_native))
+    assert preset_settings("win", torch.device("cpu"))["precision"] == ("bf16" if bf16_native else "fp32")
 
 
-@pytest.mark.parametrize(("capability", "precision"), [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp16"),
-                                                       ((6, 1), "fp32")])
+@pytest.mark.parametrize(("capability", "precision"), [((9, 0), "bf16"), ((8, 0), "bf16"), ((7, 5), "fp16")])
 def test_the_win_preset_takes_notebook_08s_precision_on_each_gpu(monkeypatch, capability, precision):
     """bf16 where the GPU multiplies it natively, fp16 with a GradScaler on a T4 (where compiled bf16 fails)."""
     traits = DeviceTraits("cuda", "a GPU", capability, capability >= (8, 0), capability >= (7, 0))
-    monkeypatch.setattr(tune.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(tune, "device_traits", lambda device: traits)
-    assert win_settings("cuda")["precision"] == precision
+    monkeypatch.setattr(settings.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(settings, "device_traits", lambda device: traits)
+    assert preset_settings("win", torch.device("cuda"))["precision"] == precision
 
 
 def test_train_preset_win_then_play(tmp_path, capsys):
@@ -293,7 +292,6 @@ def test_train_preset_win_then_play(tmp_path, capsys):
         (["train", "--preset", "lose"], "invalid choice: 'lose'"),
         (["train", "--preset", "win", "--algo", "dqn"], "--preset win is a set of PPO settings: leave out --algo dqn"),
         (["train", "--preset", "win", "--resume", "--out", "runs/x"], "leave out --preset"),
-        (["train", "--preset", "win", "--nproc", "2"], "--nproc 2 takes no --preset yet"),
     ],
 )
 def test_bad_preset_arguments_exit_2_with_a_message(argv, message, capsys):

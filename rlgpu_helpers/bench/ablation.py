@@ -1,7 +1,7 @@
 """The capstone's ablation: what each lesson contributed to the settings the helpers chose (notebook 11).
 
-``learn.tune.capstone_settings`` starts from ``ours_settings(device)`` and asks the helpers of
-three lessons, in order, each measuring on the device:
+``learn.tune.capstone_settings`` starts from ``ppo_settings(device, obs=CAPSTONE_OBS)`` and asks
+the helpers of three lessons, in order, each measuring on the device:
 
 * notebook 06, **the batch**: a short run at each number of games (``choose_num_envs``),
   judged by the score it learned, not by steps/s: more games per rollout make more steps/s
@@ -37,12 +37,13 @@ from tqdm.auto import tqdm
 from ..core.checks import check_choices, check_number
 from ..core.config import pick
 from ..core.device import get_device, machine_of
-from ..learn.ppo import PPOConfig
+from ..learn.settings import ppo_settings, settings_dict
 from ..learn.tune import (
+    CAPSTONE_OBS,
     CHOSEN_FIELDS,
+    PER_RUN,
     CapstoneSettings,
     capstone_settings,
-    ours_settings,
 )
 from ..measure.claims import CLAIMS, Verdict, judge
 from ..measure.records import Record, check_records
@@ -80,43 +81,43 @@ class Arm:
 def ablation_arms(chosen: CapstoneSettings, device: str | torch.device | None = None) -> list[Arm]:
     """The chosen settings, then each lesson of notebooks 03-11 switched off, in course order."""
     device = get_device(device, param="device")
-    best = chosen.settings
+    best = ppo_settings(device, overrides=chosen.settings)
     on_gpu = device.type == "cuda"
 
     def off(lesson, change, **changes):
-        return Arm(lesson, change, {**best, **changes})
+        return Arm(lesson, change, settings_dict(dataclasses.replace(best, **changes), without=PER_RUN))
 
     def nothing(lesson, why):
         return Arm(lesson, why, None)
 
-    arms = [Arm(BASELINE, "the chosen settings", dict(best))]
-    arms.append(off("03 many games at once", f"{FEW_GAMES} games instead of {best['num_envs']:,}",
+    arms = [Arm(BASELINE, "the chosen settings", settings_dict(best, without=PER_RUN))]
+    arms.append(off("03 many games at once", f"{FEW_GAMES} games instead of {best.num_envs:,}",
                     num_envs=FEW_GAMES))
     if on_gpu:
-        cpu = ours_settings("cpu")
+        cpu = settings_dict(ppo_settings("cpu", obs=CAPSTONE_OBS), without=PER_RUN)
         arms.append(Arm("04 the env on the device", "everything on the CPU (its own starting settings)", cpu, "cpu"))
     else:
         arms.append(nothing("04 the env on the device", "the device is the CPU: nothing to move"))
     arms.append(nothing("05 transfers and replay", "PPO's rollout storage is a tensor on the device in every "
                         "setting; no replay buffer"))
-    start_envs = PPOConfig(**{**chosen.start, "device": "cpu"}).num_envs
-    if best["num_envs"] != start_envs:
+    start_envs = ppo_settings(device, overrides=chosen.start).num_envs
+    if best.num_envs != start_envs:
         arms.append(off("06 batch size", f"{start_envs:,} games (the starting point) instead of the measured "
-                        f"{best['num_envs']:,}", num_envs=start_envs))
+                        f"{best.num_envs:,}", num_envs=start_envs))
     else:
         arms.append(nothing("06 batch size", f"the measured choice is the starting point, {start_envs:,} games"))
     arms.append(nothing("07 gradient accumulation", "the same update in less memory: the minibatch fits "
                         "without it"))
-    if best.get("precision", "fp32") != "fp32":
-        arms.append(off("08 precision", f"fp32 instead of {best['precision']}", precision="fp32"))
+    if best.precision != "fp32":
+        arms.append(off("08 precision", f"fp32 instead of {best.precision}", precision="fp32"))
     else:
         arms.append(nothing("08 precision", "fp32 was chosen: nothing to switch off"))
-    if best.get("compile") or best.get("cuda_graphs"):
+    if best.compile or best.cuda_graphs:
         arms.append(off("09 compile and CUDA graphs", "eager", compile=False, cuda_graphs=False))
     else:
         arms.append(nothing("09 compile and CUDA graphs", "eager was chosen: nothing to switch off"))
     arms.append(nothing("10 several processes", "one process trains here; notebook 10 measures more"))
-    arms.append(off("11 the observation", f"the 11 'features' instead of {best['obs_type']!r}", obs_type="features"))
+    arms.append(off("11 the observation", f"the 11 'features' instead of {best.obs_type!r}", obs_type="features"))
     return arms
 
 
@@ -346,7 +347,8 @@ def measure_capstone(device: str | torch.device | None = None, progress: bool = 
         chosen = capstone_settings(device, budget_s=run_s, verbose=progress)
         records += choice_records(chosen, machine, run_s)
     else:
-        chosen = CapstoneSettings(device.type, ours_settings(device), on_file, ())
+        start = settings_dict(ppo_settings(device, obs=CAPSTONE_OBS), without=PER_RUN)
+        chosen = CapstoneSettings(device.type, start, on_file, ())
     if "ablation" in parts:
         every = ablation_arms(chosen, device)
         wanted = [arm.lesson for arm in every] if arms is None else list(arms)

@@ -46,8 +46,8 @@ from ..core.device import get_device, machine_of
 from ..gpu.memory import MIB, find_max_batch_size, peak_memory, peak_reserved, release_memory, try_to_fit
 from ..gpu.monitor import UtilizationMonitor
 from ..learn.nets import ActorCritic
-from ..learn.ppo import PPO, PPOConfig
-from ..learn.tune import suggested_settings
+from ..learn.ppo import PPO
+from ..learn.settings import ppo_settings
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.plots import plot_records
 from ..measure.records import Record, check_records, select
@@ -473,13 +473,13 @@ def training_utilization(device: str | torch.device | None = None, *, seconds: f
                          interval: float = 0.1, machine: str | None = None, **config):
     """Train PPO for ``seconds`` under a :class:`~rlgpu_helpers.gpu.monitor.UtilizationMonitor`.
 
-    ``PPOConfig`` takes ``suggested_settings(device)`` and then ``config``. Returns the
+    PPO's settings: ``ppo_settings(device, overrides=config)``. Returns the
     monitor's samples, what they mean, and a ``"utilization"`` record (mean %, its IQR;
     params ``{"device", "source", "num_envs"}``).
     """
     device = get_device(device, param="device")
     seconds = pick(full=10.0, quick=1.0) if seconds is None else check_number("seconds", seconds, above=0)
-    learner = PPO(PPOConfig(**{"device": str(device), **suggested_settings(device), **config}))
+    learner = PPO(ppo_settings(device, overrides=config))
     learner.iterate()
     with UtilizationMonitor(device, interval) as monitor:
         start = time.perf_counter()

@@ -32,6 +32,7 @@ gone, a step still moves its bytes per game (notebook 04) at no more than the me
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 
@@ -43,7 +44,8 @@ from ..core.config import pick
 from ..core.device import get_device, machine_of, synchronize
 from ..gpu.graphs import CapturedStep, CompilerMissingError, can_measure_compiled, compile_step, compiler_missing
 from ..gpu.launches import count_launches
-from ..learn.ppo import PPO, PPOConfig
+from ..learn.ppo import PPO
+from ..learn.settings import ppo_settings
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
@@ -63,6 +65,8 @@ SKIPPED_ON_CPU = {REDUCE: "on a CPU, reduce-overhead is the default mode (no CUD
 NUM_STEPS = 16
 """Steps per rollout of the ``"iteration"`` part."""
 HIDDEN = 64
+SIZES = {"num_steps": NUM_STEPS, "num_minibatches": 1, "update_epochs": 1, "hidden": HIDDEN}
+"""The learner's sizes, over the start preset's: one minibatch, one epoch."""
 
 
 def default_sizes(device: str | torch.device | None = None) -> tuple[int, ...]:
@@ -103,8 +107,7 @@ def op_time_by_size(device: str | torch.device | None = None, *, sizes=None) -> 
 # ---------------------------------------------------------------------------- the parts
 
 def _learner(num_envs: int, device: torch.device, **settings) -> PPO:
-    return PPO(PPOConfig(num_envs=num_envs, num_steps=NUM_STEPS, num_minibatches=1, update_epochs=1,
-                         hidden=HIDDEN, device=str(device), **settings))
+    return PPO(dataclasses.replace(ppo_settings(device, envs=num_envs, overrides=SIZES), **settings))
 
 
 def compiles(part: str, mode: str) -> bool:

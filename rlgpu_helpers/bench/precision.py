@@ -46,7 +46,8 @@ from ..gpu.precision import (
 from ..learn.ppo import PPO, PPOConfig
 from ..learn.train_step import ScalerStep, TrainStep, step_flops
 from ..learn.training import train
-from ..learn.tune import ours_settings, suggested_settings
+from ..learn.settings import ppo_settings
+from ..learn.tune import CAPSTONE_OBS
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, check_records, select
 from ..measure.table import Table, format_number
@@ -127,11 +128,10 @@ def ppo_batches(device: str | torch.device | None = None, records=None) -> tuple
     ``"acting"``: one forward pass per env step, on ``num_envs`` observations; ``"update
     minibatch"``: forward and backward on ``num_envs * num_steps / num_minibatches`` transitions.
     The settings are the capstone's on file for this machine (``time_to_score.chosen_on_file``
-    in ``records``, default ``data/reference/``), else the ones it starts from (``ours_settings``).
+    in ``records``, default ``data/reference/``), else the ones it starts from (``obs=CAPSTONE_OBS``).
     """
     device = get_device(device, param="device")
-    settings = chosen_on_file(device, records) or ours_settings(device)
-    config = PPOConfig(**{**settings, "device": str(device)})
+    config = ppo_settings(device, obs=CAPSTONE_OBS, overrides=chosen_on_file(device, records) or {})
     return config.hidden, {"acting": config.num_envs,
                            "update minibatch": config.num_envs * config.num_steps // config.num_minibatches}
 
@@ -224,10 +224,10 @@ def default_seeds() -> tuple[int, ...]:
 
 
 def ppo_config(device: str | torch.device | None = None, seed: int = 0, precision: str = "fp32") -> PPOConfig:
-    """The PPO of the comparison: ``suggested_settings`` on a GPU, a smaller rollout on a CPU."""
+    """The PPO of the comparison: the start preset on a GPU, a smaller rollout on a CPU (32 steps on both)."""
     device = get_device(device, param="device")
-    settings = suggested_settings(device) if device.type == "cuda" else {"num_envs": 256, "num_steps": 32}
-    return PPOConfig(device=str(device), seed=seed, precision=precision, **settings)
+    return ppo_settings(device, envs=None if device.type == "cuda" else 256,
+                        overrides={"num_steps": 32, "seed": seed, "precision": precision})
 
 
 def ppo_runs(device: str | torch.device | None = None, *, variants=None, steps: int | None = None,

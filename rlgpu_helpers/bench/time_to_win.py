@@ -1,6 +1,6 @@
 """Time to win: the ``"win"`` preset trained for a budget on several seeds, then judged over many games (notebook 11).
 
-Each seed trains ``PPO`` with :func:`~rlgpu_helpers.learn.tune.win_settings` for ``budget_s``
+Each seed trains ``PPO`` with ``ppo_settings(device, "win")`` (``learn.settings``) for ``budget_s``
 seconds. Its curve holds, about once a second, the mean score of the last 100 finished games
 and the share of them that filled the board (``win_rate``), against wall time and env steps:
 the time-to-win curve. At the end the trained policy plays ``games`` games greedily and
@@ -35,7 +35,8 @@ from ..core.files import atomic_write
 from ..learn.agents import save_agent
 from ..learn.nets import ActorCritic
 from ..learn.ppo import PPOConfig
-from ..learn.tune import trial_run, win_settings
+from ..learn.settings import ppo_settings, preset_settings, settings_dict
+from ..learn.tune import PER_RUN, trial_run
 from ..learn.wins import WinRecord, evaluate_wins
 from ..measure.records import Record, select
 from ..measure.table import Table, format_number
@@ -80,13 +81,12 @@ def run_win(budget_s: float, seed: int, device, *, games: int, size: int = 10, p
     evaluation's games (:data:`HELD_OUT_EVALUATION_SEED` for games no setting was chosen on).
     """
     device = get_device(device, param="device")
-    preset = win_settings(device)
-    settings = {**preset, "height": size, "width": size, **overrides}
-    result = trial_run(budget_s, seed, device, progress=progress, **settings)
+    config = ppo_settings(device, "win", size=size, overrides=overrides)
+    result = trial_run(budget_s, seed, device, progress=progress, **settings_dict(config, without=PER_RUN))
     learner, c = result.learner, result.learner.config
     details = {"obs_type": c.obs_type, "net": c.net, "num_envs": c.num_envs, "size": size,
                "precision": c.precision, "compile": c.compile, "cuda_graphs": c.cuda_graphs,
-               "changes": preset_changes(preset, overrides)}
+               "changes": preset_changes(preset_settings("win", device), overrides)}
     curve = Curve("ours", result.seconds, result.env_steps, result.curve, details, name=VARIANT)
     learner.model.eval()
     evaluations = {

@@ -20,6 +20,7 @@ a training run's question (``bench wins``).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import statistics
 import time
@@ -34,7 +35,7 @@ from ..core.device import get_device, machine_of, synchronize
 from ..gpu.graphs import can_measure_compiled
 from ..learn.ppo import PPO, PPOConfig
 from ..learn.profile import device_timeline
-from ..learn.tune import win_settings
+from ..learn.settings import ppo_settings, preset_settings, settings_dict
 from ..measure.claims import CLAIMS, ClaimCheck, judge, record_ratio
 from ..measure.records import Record, select
 from ..measure.table import Table, format_number
@@ -45,9 +46,6 @@ LAUNCHES, EAGER, SHAPES = "launches", "eager", "shapes"
 GROUPS = (LAUNCHES, EAGER, SHAPES)
 """The groups of :func:`speed_settings`: the preset and the launch settings below it (the old GPU preset,
 CUDA graphs alone), the eager rungs of the ladder, and the shapes of the work."""
-OLD_GPU_PRESET = {"net": "ego_cnn", "gamma": 0.995, "gae_lambda": 0.95, "precision": "fp32", "compile": False,
-                  "cuda_graphs": False}
-"""The GPU's ``"win"`` preset before its tuning (with 8,192-row minibatches): the first GPU records ran it."""
 PROFILED = ("the preset", "the old GPU preset")
 """The configurations whose iteration is profiled on a GPU (by the start of their names)."""
 
@@ -57,23 +55,31 @@ def _minibatches(base: dict, rows: int) -> int:
     return max(1, base["num_envs"] * base["num_steps"] // rows)
 
 
-def speed_settings(device, groups=GROUPS, base: dict | None = None) -> dict[str, dict]:
+def old_gpu_preset(base: dict) -> dict:
+    """The GPU's ``"win"`` preset before its tuning, as changes to ``base`` (the preset): the CNN trunk, gamma
+    0.995, GAE's lambda 0.95, 8,192-row minibatches, eager in fp32. The first GPU records ran it."""
+    return {"net": "ego_cnn", "gamma": 0.995, "gae_lambda": 0.95, "precision": "fp32", "compile": False,
+            "cuda_graphs": False, "num_minibatches": _minibatches(base, 8192)}
+
+
+def speed_settings(device, groups=GROUPS, base: dict | PPOConfig | None = None) -> dict[str, dict]:
     """The configurations :func:`measure_win_speed` times on ``device``, by name: changes to ``base``.
 
     In the ladder's order (the old GPU preset, eager fp32, eager in the 16-bit format, CUDA graphs,
     the preset), then the shapes. ``groups``: which of :data:`GROUPS` to take. ``base``: the
-    settings they change (default: the preset on ``device``; a smaller one for a quick run).
+    settings they change (default: the preset on ``device``, ``preset_settings("win", device)``,
+    which needs no such device here; a smaller config for a quick run).
     """
     device = torch.device(device)
     groups = check_choices("groups", groups, GROUPS)
-    base = win_settings(device) if base is None else base
+    base = preset_settings("win", device) if base is None else base
+    base = settings_dict(base) if isinstance(base, PPOConfig) else base
     half = base["precision"]  # the device's 16-bit format, or fp32 where it has none
     gpu = device.type == "cuda"
     plain = {"precision": "fp32", "compile": False, "cuda_graphs": False}
     rows = []  # (group, name, changes)
     if gpu:
-        rows.append((LAUNCHES, "the old GPU preset: CNN trunk, 8,192 rows, eager, fp32",
-                     {**OLD_GPU_PRESET, "num_minibatches": _minibatches(base, 8192)}))
+        rows.append((LAUNCHES, "the old GPU preset: CNN trunk, 8,192 rows, eager, fp32", old_gpu_preset(base)))
     rows.append((EAGER, "eager, fp32", plain))
     if half != "fp32":
         rows.append((EAGER, f"eager, {half}", {**plain, "precision": half}))
@@ -162,25 +168,25 @@ def measure_win_speed(device, progress: bool = True, *, groups=GROUPS, seconds: 
 
     Full size: the preset on the 10x10 board, about 10 s of iterations per configuration. Quick:
     a small preset on 6x6 for a fraction of a second, to check that it runs. ``overrides``:
-    ``PPOConfig`` settings applied to every configuration before its own changes. ``save``: called
-    with each configuration's records as soon as they are measured. Without a compiler for the device,
-    the configurations that compile are left out, and one printed line says why.
+    ``PPOConfig`` settings over the preset's (``ppo_settings``), before each configuration's own
+    changes (``dataclasses.replace``). ``save``: called with each configuration's records as soon as
+    they are measured. Without a compiler for the device, the configurations that compile are left
+    out, and one printed line says why.
     """
     device = get_device(device, param="device")
     seconds = check_number("seconds", pick(full=10.0, quick=0.2) if seconds is None else seconds, above=0)
     size = check_int("size", pick(full=10, quick=6) if size is None else size)
-    overrides = {**pick(full={}, quick={"num_envs": 32, "num_steps": 16, "hidden": 16, "num_minibatches": 4}),
-                 **overrides}
-    base = {**win_settings(device), "height": size, "width": size, **overrides}
+    quick = pick(full={}, quick={"num_envs": 32, "num_steps": 16, "hidden": 16, "num_minibatches": 4})
+    base = ppo_settings(device, "win", size=size, overrides=[*quick.items(), *overrides.items()])
     configs = speed_settings(device, groups, base)
     if names is not None:
         configs = {name: configs[name] for name in check_choices("names", names, tuple(configs))}
     machine, records = machine_of(device), []
     for name, changes in tqdm(configs.items(), desc="configurations", disable=not progress):
-        compiled = {**base, **changes}.get("compile", False)
-        if compiled and not can_measure_compiled(device, "win speed, the compiled configurations"):
+        config = dataclasses.replace(base, **changes)
+        if config.compile and not can_measure_compiled(device, "win speed, the compiled configurations"):
             continue  # a learner would run it eagerly, under a compiled configuration's name
-        learner = PPO(PPOConfig(**{**base, **changes, "device": str(device)}))
+        learner = PPO(config)
         setup = learner.warm_up()
         if not setup:  # eager: one iteration pays the first calls' costs (cuBLAS, the allocator)
             time_iterations(learner, 0.0, at_least=1)

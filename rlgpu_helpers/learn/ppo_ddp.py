@@ -51,6 +51,7 @@ from ..measure.timing import time_callable
 from ..snake import rules
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from .ppo import PPO, PPOConfig, ppo_with_rollout
+from .settings import ppo_settings, settings_dict
 from .training import (
     RunFolderError,
     ScoreCurve,
@@ -224,7 +225,7 @@ PROOF_SETTINGS = {"num_envs": 8, "num_steps": 16, "num_minibatches": 2, "hidden"
 def gradient_check(accumulation_steps: int = 4, **config) -> dict | None:
     """Run on every rank of a group: DDP's gradient on one minibatch against one process's, in float64.
 
-    Each rank collects a rollout from its own games (``PPOConfig(**PROOF_SETTINGS, **config)``,
+    Each rank collects a rollout from its own games (``config`` over :data:`PROOF_SETTINGS`, on a CPU,
     env seed ``seed + rank``) and computes PPO's gradient on a minibatch of it through DDP: in
     one piece, in ``accumulation_steps`` micro-batches, and in as many inside ``no_sync`` (only
     the last all-reduces), counting the all-reduces of each. Rank 0 then puts every rank's
@@ -239,10 +240,10 @@ def gradient_check(accumulation_steps: int = 4, **config) -> dict | None:
     and whether the ranks' parameters still agree after both.
     """
     steps = check_int("accumulation_steps", accumulation_steps)
-    settings = {**PROOF_SETTINGS, **config}
+    proof = ppo_settings("cpu", overrides=[*PROOF_SETTINGS.items(), *config.items()])  # config's over the proof's
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    mine = ppo_with_rollout(torch.float64, **{**settings, "seed": settings["seed"] + rank})
-    learner = DistributedPPO(PPOConfig(**{**settings, "accumulation_steps": steps}), dtype=torch.float64)
+    mine = ppo_with_rollout(torch.float64, **settings_dict(dataclasses.replace(proof, seed=proof.seed + rank)))
+    learner = DistributedPPO(dataclasses.replace(proof, accumulation_steps=steps), dtype=torch.float64)
     for name in ROLLOUT:
         setattr(learner, name, getattr(mine, name))
     counter = count_allreduces(learner.model)

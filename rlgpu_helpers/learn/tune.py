@@ -1,7 +1,6 @@
 """Choosing settings for this device: every "what should I use here?" of the course in one place
 (notebooks 08, 09 and 11).
 
-- :func:`suggested_settings`: ``PPOConfig`` values to start from on a device;
 - :func:`fastest_settings` / :func:`choose_settings`: eager, compiled, CUDA graphs or both,
   by time per PPO iteration and what each pays once before its first fast one (09);
 - :func:`precision_policy` / :func:`bf16_speedup`: the precision to train in, from what the
@@ -9,7 +8,9 @@
 - :func:`capstone_settings`: the capstone's games in parallel, precision and launch settings,
   each chosen by a short measurement here (11).
 
-The techniques themselves are in ``gpu/``; this module measures PPO with them and picks.
+The techniques themselves are in ``gpu/``; this module measures PPO with them and picks. Every
+``PPOConfig`` it measures comes from ``learn.settings.ppo_settings``, a choice applied with
+``dataclasses.replace``.
 """
 
 from __future__ import annotations
@@ -31,19 +32,9 @@ from ..gpu.precision import PrecisionPolicy, choose_policy, device_traits
 from ..measure.table import format_number
 from ..measure.timing import time_callable, time_sized
 from .ppo import PPO, PPOConfig
+from .settings import ppo_settings, settings_dict
 from .train_step import TrainStep
-from .training import TrainingResult, make_learner, train
-
-
-def suggested_settings(device) -> dict:
-    """``PPOConfig`` settings to start from on ``device``.
-
-    On a CPU the defaults (512 games, 64-wide MLP) are what notebook 11 measured. On a GPU more
-    games in parallel keep it busy; these values are a starting point, not tuned on a GPU yet.
-    """
-    if torch.device(device).type == "cuda":
-        return {"num_envs": 8192, "num_steps": 32, "hidden": 128, "learning_rate": 1e-3}
-    return {}
+from .training import TrainingResult, train
 
 
 SETTINGS = {"eager": {"compile": False, "cuda_graphs": False},
@@ -142,10 +133,10 @@ def fastest_settings(device: str | torch.device | None = None, *, iterations: in
                      verbose: bool = True, **config) -> LaunchSettings:
     """Time PPO iterations with each launch setting on ``device`` and return the fastest, with reasons.
 
-    ``config``: other ``PPOConfig`` fields (the network and sizes matter: compiling pays off
-    where launches dominate). Each setting builds a fresh learner and runs two iterations (the
-    compile or capture happens there: their time beyond two ordinary iterations is its
-    ``startup``), then times ``iterations`` more. ``settings``: names from :data:`SETTINGS`
+    ``config``: ``PPOConfig`` fields over the start preset's (``ppo_settings``; the network and
+    sizes matter: compiling pays off where launches dominate). Each setting builds a fresh learner
+    and runs two iterations (the compile or capture happens there: their time beyond two ordinary
+    iterations is its ``startup``), then times ``iterations`` more. ``settings``: names from :data:`SETTINGS`
     (default: every one the device can run). ``budget_s``: choose for a run this long
     (:func:`choose_settings`). Without a compiler for the device (:func:`compiler_missing`), the
     settings that compile are not tried (a learner would run them eagerly), and a reason says why.
@@ -158,10 +149,11 @@ def fastest_settings(device: str | torch.device | None = None, *, iterations: in
     cannot_compile = compiler_missing(device.type)
     not_tried = [name for name in settings if cannot_compile and SETTINGS[name]["compile"]]
     settings = [name for name in settings if name not in not_tried]
+    base = ppo_settings(device, overrides=config)
     seconds, startup = {}, {}
     for name in settings:
         check_choice("settings", name, tuple(SETTINGS))
-        learner = PPO(PPOConfig(**{**config, **SETTINGS[name], "device": str(device)}))
+        learner = PPO(dataclasses.replace(base, **SETTINGS[name]))
         first = time_callable(lambda step=learner.iterate: (step(), step()), warmup=0, repeats=1, device=device)
         timing = time_callable(learner.iterate, warmup=0, repeats=iterations, device=device)
         seconds[name] = (timing.median, timing.iqr)
@@ -214,50 +206,8 @@ CAPSTONE_OBS = "features_reach"
 """The capstone's observation: the 11 features, the free space each move leads to, the length (``snake.rules``)."""
 
 
-def ours_settings(device) -> dict:
-    """The capstone's PPO settings on ``device``: ``suggested_settings`` with the capstone's observation."""
-    return {**suggested_settings(device), "obs_type": CAPSTONE_OBS}
-
-
-WIN_MINIBATCH_ROWS = 1024
-"""The ``"win"`` preset's minibatch, in rows (transitions), on every device."""
-
-
-def win_precision(device) -> str:
-    """The ``"win"`` preset's precision on ``device``: notebook 08's rule.
-
-    A CUDA GPU: bf16 autocast where it multiplies bf16 natively (compute capability 8.0 and
-    later), fp16 with a GradScaler below (a T4), as ``gpu.precision.choose_policy`` says; on a
-    machine without one (the tables of notebook 12), the answer for a GPU with native bf16. A
-    CPU: bf16 where it has bf16 instructions (measured faster on the preset in notebook 12), else fp32.
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        return choose_policy(device_traits(device)).precision if torch.cuda.is_available() else "bf16"
-    return "bf16" if device_traits(device).bf16_native else "fp32"
-
-
-def win_settings(device) -> dict:
-    """The ``"win"`` preset (notebook 12): ``PPOConfig`` settings for filling the board, not only eating.
-
-    How it learns is the same on every device: the board seen from the head (``"ego_grid"``) through
-    one MLP trunk for both heads, half of the games mirrored, a horizon of about 1,000 steps (gamma
-    0.999, GAE's lambda 0.98), rewards scaled by 0.1, a truncation that counts as a loss, minibatches
-    of :data:`WIN_MINIBATCH_ROWS` rows, and elichen/perfect_snake's PPO numbers otherwise. How it runs
-    is the device's: 4,096 games on a GPU (256 on a CPU), :func:`win_precision`, compiled (notebook
-    09), and on a GPU captured in CUDA graphs. Notebook 12 shows the evidence for each setting.
-    """
-    gpu = torch.device(device).type == "cuda"
-    num_envs, num_steps = (4096 if gpu else 256), 128
-    return {"obs_type": "ego_grid", "net": "mlp", "hidden": 256, "mirror": True,
-            "precision": win_precision(device), "compile": True, "cuda_graphs": gpu,
-            "num_envs": num_envs, "num_steps": num_steps, "num_minibatches": num_envs * num_steps // WIN_MINIBATCH_ROWS,
-            "update_epochs": 4, "learning_rate": 3e-4, "gamma": 0.999, "gae_lambda": 0.98, "reward_scale": 0.1,
-            "bootstrap_truncated": False, "clip_coef": 0.1, "vf_coef": 1.0, "ent_coef": 0.02}
-
-
-PRESETS = {"win": win_settings}
-"""Named settings for ``train --preset NAME``: a function of the device giving ``PPOConfig`` settings."""
+PER_RUN = ("device", "seed")
+"""The ``PPOConfig`` fields each run is given apart: a settings dict of this module holds every other."""
 
 
 CHOSEN_FIELDS = ("num_envs", "precision", "compile", "cuda_graphs")
@@ -266,7 +216,7 @@ CHOSEN_FIELDS = ("num_envs", "precision", "compile", "cuda_graphs")
 
 def check_chosen_settings(chosen, device, where: str) -> dict:
     """The capstone settings a stored choice (``chosen``: :data:`CHOSEN_FIELDS` and their values) gives
-    on ``device``: ``ours_settings(device)`` updated with it, checked like ``train --set``.
+    on ``device``: ``ppo_settings(device, obs=CAPSTONE_OBS, overrides=chosen)``, less :data:`PER_RUN`.
 
     A record may be edited by hand: a missing field, an unknown one, a value of the wrong type or
     one ``PPOConfig`` refuses (``precision='fp64'``) is a ``ValueError`` or ``TypeError`` that
@@ -277,12 +227,11 @@ def check_chosen_settings(chosen, device, where: str) -> dict:
     missing = [name for name in CHOSEN_FIELDS if name not in chosen]
     if missing:
         raise ValueError(f"the chosen settings in {where} lack {missing}")
-    settings = {**ours_settings(device), **chosen}
     try:
-        PPOConfig(**{**settings, "device": str(device)})
+        config = ppo_settings(device, obs=CAPSTONE_OBS, overrides=chosen)
     except (TypeError, ValueError) as error:
         raise type(error)(f"the chosen settings in {where}: {error}") from None
-    return settings
+    return settings_dict(config, without=PER_RUN)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,11 +248,14 @@ class Choice:
 
 @dataclasses.dataclass(frozen=True)
 class CapstoneSettings:
-    """The capstone's ``PPOConfig`` settings on a device (``settings``) and the choices that made them."""
+    """The capstone's ``PPOConfig`` settings on a device (``settings``) and the choices that made them.
+
+    ``start`` and ``settings`` hold every ``PPOConfig`` field but :data:`PER_RUN` (``settings_dict``).
+    """
 
     device_type: str
     start: dict
-    """Where the choices started: ``ours_settings(device)``."""
+    """Where the choices started: ``ppo_settings(device, obs=CAPSTONE_OBS)`` with the caller's ``start``."""
     settings: dict
     choices: tuple[Choice, ...]
 
@@ -339,13 +291,21 @@ def average_score(points: list[dict], seconds: float) -> float:
 
 
 def trial_run(seconds: float, seed: int, device, *, progress: bool = False, **settings) -> TrainingResult:
-    """A PPO run of ``settings`` (any ``PPOConfig`` field) for ``seconds``, to judge them by."""
-    return train(make_learner("ppo", seed=seed, device=str(device), **settings), seconds=seconds, progress=progress)
+    """A PPO run of ``settings`` (``PPOConfig`` fields over the start preset's) for ``seconds``, to judge them by."""
+    config = ppo_settings(device, overrides=[*settings.items(), ("seed", seed)])
+    return train(PPO(config), seconds=seconds, progress=progress)
 
 
-def choose_num_envs(settings: dict, device: str | torch.device | None = None, *, num_envs=None,
+def _config(settings: dict | PPOConfig, device) -> PPOConfig:
+    """``settings`` as a ``PPOConfig`` on ``device``: a config as it is, a dict over the start preset's."""
+    if isinstance(settings, PPOConfig):
+        return settings
+    return ppo_settings(device, overrides=settings)
+
+
+def choose_num_envs(settings: dict | PPOConfig, device: str | torch.device | None = None, *, num_envs=None,
                     trial_s: float | None = None, seed: int = 0) -> Choice:
-    """Notebook 06's choice for PPO, judged by learning: the number of games that learns best in a short run.
+    """The batch lesson's choice for PPO, judged by learning: the number of games that learns best in a short run.
 
     Each number of games in ``num_envs`` (default: :func:`default_num_envs`) trains ``settings``
     for ``trial_s`` seconds; the one with the highest :func:`average_score` wins. Steps/s
@@ -353,12 +313,13 @@ def choose_num_envs(settings: dict, device: str | torch.device | None = None, *,
     second, and the time to a score grows. A number that runs out of memory ends the search.
     """
     device = get_device(device, param="device")
+    config = _config(settings, device)
     candidates = sorted(check_ints("num_envs", default_num_envs(device) if num_envs is None else num_envs, minimum=1))
     trial_s = check_number("trial_s", pick(full=20.0, quick=1.0) if trial_s is None else trial_s, above=0)
     runs, reasons = {}, []
     for n in candidates:
-        run, why = try_to_fit(lambda n=n: trial_run(trial_s, seed, device, **{**settings, "num_envs": n}),
-                              device)
+        trial = settings_dict(dataclasses.replace(config, num_envs=n), without=PER_RUN)
+        run, why = try_to_fit(lambda trial=trial: trial_run(trial_s, seed, device, **trial), device)
         if why is not None:
             reasons.append(f"{n:,} games did not fit in the device's memory ({why}): larger numbers not tried")
             break
@@ -377,9 +338,9 @@ def choose_num_envs(settings: dict, device: str | torch.device | None = None, *,
     return Choice("06 batch size", {"num_envs": chosen}, tuple(reasons), figures)
 
 
-def choose_precision(settings: dict, device: str | torch.device | None = None) -> Choice:
+def choose_precision(settings: dict | PPOConfig, device: str | torch.device | None = None) -> Choice:
     """Notebook 08's choice: ``precision_policy`` at the update's minibatch and width."""
-    config = PPOConfig(**{**settings, "device": str(get_device(device, param="device"))})
+    config = _config(settings, get_device(device, param="device"))
     minibatch = config.num_envs * config.num_steps // config.num_minibatches
     policy = precision_policy(device, hidden=config.hidden, batch_size=minibatch, verbose=False)
     reasons = list(policy.reasons)
@@ -388,31 +349,40 @@ def choose_precision(settings: dict, device: str | torch.device | None = None) -
     return Choice("08 precision", {"precision": policy.precision}, tuple(reasons))
 
 
-def choose_launches(settings: dict, device: str | torch.device | None = None, *, budget_s: float,
+def choose_launches(settings: dict | PPOConfig, device: str | torch.device | None = None, *, budget_s: float,
                     iterations: int | None = None) -> Choice:
     """Notebook 09's choice: ``fastest_settings`` for a run of ``budget_s``, compile and capture included."""
     iterations = pick(full=3, quick=1) if iterations is None else iterations
+    if isinstance(settings, PPOConfig):
+        settings = settings_dict(settings, without=("device",))
     launch = fastest_settings(device, iterations=iterations, budget_s=budget_s, verbose=False, **settings)
     figures = {name: (median, iqr, launch.startup.get(name, 0.0)) for name, (median, iqr) in launch.seconds.items()}
     return Choice("09 compile and CUDA graphs", launch.settings, launch.reasons, figures)
 
 
-def capstone_settings(device: str | torch.device | None = None, *, budget_s: float, start: dict | None = None,
-                      num_envs=None, trial_s: float | None = None, verbose: bool = True) -> CapstoneSettings:
+def capstone_settings(device: str | torch.device | None = None, *, budget_s: float,
+                      start: dict | PPOConfig | None = None, num_envs=None, trial_s: float | None = None,
+                      verbose: bool = True) -> CapstoneSettings:
     """The fastest settings the device supports for a run of ``budget_s``: batch, precision, launches.
 
-    Each choice is measured with the ones before it applied (see the module docstring), starting
-    from ``ours_settings(device)`` updated with ``start`` (another observation or grid size, say).
+    Each choice is measured with the ones before it applied (``dataclasses.replace``; see the module
+    docstring), starting from ``ppo_settings(device, obs=CAPSTONE_OBS, overrides=start)``: ``start``
+    changes it (another observation or grid size, say; a ``PPOConfig``: every field but the device).
     ``num_envs`` and ``trial_s``: the numbers of games to try and how long (:func:`choose_num_envs`).
     """
     device = get_device(device, param="device")
     budget_s = check_number("budget_s", budget_s, above=0)
-    start = {**ours_settings(device), **(start or {})}
-    batch = choose_num_envs(start, device, num_envs=num_envs, trial_s=trial_s)
-    precision = choose_precision({**start, **batch.settings}, device)
-    launches = choose_launches({**start, **batch.settings, **precision.settings}, device, budget_s=budget_s)
-    settings = {**start, **batch.settings, **precision.settings, **launches.settings}
-    chosen = CapstoneSettings(device.type, start, settings, (batch, precision, launches))
+    if isinstance(start, PPOConfig):
+        start = settings_dict(start, without=("device",))
+    config = first = ppo_settings(device, obs=CAPSTONE_OBS, overrides=start or {})
+    batch = choose_num_envs(config, device, num_envs=num_envs, trial_s=trial_s)
+    config = dataclasses.replace(config, **batch.settings)
+    precision = choose_precision(config, device)
+    config = dataclasses.replace(config, **precision.settings)
+    launches = choose_launches(config, device, budget_s=budget_s)
+    config = dataclasses.replace(config, **launches.settings)
+    chosen = CapstoneSettings(device.type, settings_dict(first, without=PER_RUN),
+                              settings_dict(config, without=PER_RUN), (batch, precision, launches))
     if verbose:
         print(chosen)
     return chosen
