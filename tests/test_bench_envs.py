@@ -84,6 +84,12 @@ def assert_well_formed(record, name="env_step"):
 
 
 def test_the_suite_measures_every_variant_at_the_quick_sizes(suite_records):
+    floor = [r for r in suite_records if r.name == env_bench.FLOOR_NAME]
+    suite_records = [r for r in suite_records if r.name != env_bench.FLOOR_NAME]
+    fractions = [r for r in floor if r.metric == env_bench.FLOOR_METRIC]
+    assert [(r.variant, r.params) for r in fractions] == [
+        (r.variant, r.params) for r in suite_records if r.variant.startswith("VecSnake")]
+    assert all(math.isfinite(r.value) and r.value > 0 for r in floor)
     for record in suite_records:
         assert_well_formed(record)
         assert set(record.params) == {"num_envs", "obs_type", "device"}
@@ -113,7 +119,8 @@ def test_bench_envs_is_registered_and_writes_loadable_json(monkeypatch, tmp_path
     assert main(["bench", "envs", "--device", "cpu", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert "throughput (steps/s)" in out and f"Wrote {path}" in out
-    records = load_json(path)
+    assert "floor fraction (of floor)" in out and "bytes touched (B/game)" in out
+    records = [r for r in load_json(path) if r.name != env_bench.FLOOR_NAME]
     assert [(r.variant, r.params["num_envs"]) for r in records] == [
         ("SnakeEnv loop", 1), ("SyncVectorEnv", 2), ("AsyncVectorEnv", 2),
         ("VecSnake features", 1), ("VecSnake features", 4), ("VecSnake grid", 1), ("VecSnake grid", 4)]
@@ -582,3 +589,44 @@ def test_flat_lines_give_the_flat_stretch_of_each_curve():
     assert features == ("cpu-here · VecSnake features on cpu: 1 µs per step at N = 1; within 25% of it up to "
                         "N = 16; 8 µs at N = 256 (8.00x)")
     assert grid == "cpu-here · VecSnake grid on cpu: no measurement at N = 1"
+
+
+# ---------------------------------------------------------------------------- the memory floor
+
+def test_floor_fraction_is_steps_per_second_over_bandwidth_per_byte():
+    throughput = [env_record("VecSnake features", 1024, 2e6, spread=1e5),
+                  env_record("VecSnake grid", 1024, 1e6),
+                  env_record("SyncVectorEnv", 4, 5e4),
+                  env_record("VecSnake features", 1024, 9.0, name="env_step_heavy")]
+    records = env_bench.floor_fraction_records(throughput, 10.0, {"features": (400, 500), "grid": 5000}, "test")
+    by = {(r.variant, r.metric): r for r in records}
+    assert by[("memory bandwidth", "bandwidth")].value == 10.0
+    assert by[("VecSnake features", "bytes touched")].value == 400
+    assert by[("VecSnake features", "bytes in sectors")].value == 500
+    assert ("VecSnake grid", "bytes in sectors") not in by
+    features = by[("VecSnake features", "floor fraction")]
+    assert features.value == pytest.approx(2e6 / (10e9 / 400))  # 0.08 of the floor
+    assert features.spread == pytest.approx(1e5 / (10e9 / 400))
+    assert features.params == {"num_envs": 1024, "obs_type": "features", "device": "cpu"}
+    assert by[("VecSnake grid", "floor fraction")].value == pytest.approx(1e6 * 5000 / 10e9)
+    assert len([r for r in records if r.metric == "floor fraction"]) == 2  # neither SyncVectorEnv nor heavy
+    assert env_bench.floor_fraction_records(throughput[2:3], 10.0, {"features": 400}) == []
+    with pytest.raises(ValueError):
+        env_bench.floor_fraction_records(throughput, 0.0, {"features": 400})
+
+
+def test_cpu_copy_bandwidth_is_positive_and_quick():
+    import time
+    start = time.perf_counter()
+    value, spread = env_bench.copy_bandwidth_gbs("cpu", mib=8, repeats=3)
+    assert math.isfinite(value) and value > 0 and spread >= 0
+    assert time.perf_counter() - start < 5
+    assert env_bench.device_bandwidth("cpu")[2] == "measured copy"
+
+
+def test_known_gpus_have_their_peak_bandwidth():
+    table = env_bench.table_bandwidth_gbs
+    assert table("NVIDIA H100 80GB HBM3") == 3350 and table("NVIDIA H100 PCIe") == 2000
+    assert table("NVIDIA H200") == 4800 and table("Tesla T4") == 320 and table("NVIDIA L4") == 300
+    assert table("NVIDIA A100-SXM4-40GB") == 1555 and table("NVIDIA A100-SXM4-80GB") == 2039
+    assert table("NVIDIA L40S") is None and table("NVIDIA GeForce RTX 4090") is None

@@ -20,14 +20,17 @@ neither. The actions are drawn up front and cycled through, so no random number 
 :func:`heavy_env_throughput` makes each game's step artificially expensive, to find the per-step
 cost at which subprocesses beat the in-process loop; :func:`vec_snake_step_memory` measures what one
 ``VecSnake`` step asks of memory on the CPU. ``env_records`` reads the records, ``fps_claims`` sets
-them against the guide's FPS table.
+them against the guide's FPS table. The suite also records how near each ``VecSnake`` figure comes
+to its memory floor (:func:`floor_records`: ``"env_step_floor"``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import mmap
+import re
 import statistics
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -43,7 +46,7 @@ from ..core.checks import (
     check_numbers,
 )
 from ..core.config import pick
-from ..core.device import get_device, logical_cores, machine_of
+from ..core.device import get_device, logical_cores, machine_of, synchronize
 from ..gpu.memory import try_to_fit
 from ..measure.records import Record
 from ..measure.timing import rate
@@ -51,6 +54,7 @@ from ..snake import rules
 from ..snake.cpu_vector import VECTOR_KINDS, make_cpu_vector_env
 from ..snake.env import SnakeEnv
 from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
+from ..snake.step_bytes import step_bytes
 from ..snake.vec import VecSnake
 
 
@@ -65,6 +69,16 @@ VARIANTS = {
     "features": "VecSnake features",
     "grid": "VecSnake grid",
 }
+FLOOR_NAME = "env_step_floor"
+FLOOR_METRIC = "floor fraction"
+FLOOR_UNIT = "of floor"
+# Peak memory bandwidth (GB/s) of known GPUs: the first pattern found in the lowercased device name.
+# H100 SXM and T4: the course's figures (shared/research/gpu_lessons.md); the others: NVIDIA's sheets.
+GPU_BANDWIDTH_GBS = (
+    (r"\bh100\b.*\bpcie\b", 2000), (r"\bh100\b", 3350), (r"\bh200\b", 4800),
+    (r"\ba100\b.*\b40gb\b", 1555), (r"\ba100\b.*\b80gb\b.*\bpcie\b", 1935), (r"\ba100\b", 2039),
+    (r"\bt4\b", 320), (r"\bl4\b", 300),
+)
 ACTION_SETS = 16  # pre-drawn action batches, cycled through
 SEED = 0
 
@@ -315,7 +329,8 @@ def measure_env_throughput(device: str | torch.device | None = None, progress: b
     gym_num_envs = check_ints("gym_num_envs", default_gym_num_envs() if gym_num_envs is None else gym_num_envs)
     jobs = (_loop_jobs("features") + _gym_jobs(VECTOR_KINDS, gym_num_envs, "features")
             + _vec_jobs(vec_num_envs, FIRST_OBS_TYPES, device))
-    return run_jobs(jobs, NAME, machine_of(device), progress, "envs")
+    records = run_jobs(jobs, NAME, machine_of(device), progress, "envs")
+    return records + floor_records(records, device)
 
 
 def heavy_env_throughput(step_costs_s=None, *, num_envs: int | None = None, kinds=VECTOR_KINDS,
@@ -339,6 +354,104 @@ def heavy_env_throughput(step_costs_s=None, *, num_envs: int | None = None, kind
              lambda kind=kind, cost=cost: _gym_vector(kind, n, "features", cost), _CPU)
             for cost in costs for kind in kinds]
     return run_jobs(jobs, HEAVY_NAME, machine_of(device), progress, "heavy env")
+
+
+# ---------------------------------------------------------------------------- the memory floor
+
+def table_bandwidth_gbs(gpu_name: str) -> float | None:
+    """The peak memory bandwidth (GB/s) of a GPU named ``gpu_name`` in :data:`GPU_BANDWIDTH_GBS`, or None."""
+    name = gpu_name.lower()
+    return next((float(gbs) for pattern, gbs in GPU_BANDWIDTH_GBS if re.search(pattern, name)), None)
+
+
+def copy_bandwidth_gbs(device: str | torch.device | None = "cpu", *, mib: int | None = None,
+                       repeats: int | None = None) -> tuple[float, float]:
+    """GB/s of copying a ``mib`` MiB float32 buffer on ``device`` (read and write: 2 x size / time).
+
+    The median of ``repeats`` synchronized copies after one warm-up, and the IQR of their rates.
+    Defaults: 256 MiB and 7 repeats (32 MiB and 3 in quick mode).
+    """
+    device = get_device(device)
+    mib = check_int("mib", pick(full=256, quick=32) if mib is None else mib)
+    repeats = check_int("repeats", pick(full=7, quick=3) if repeats is None else repeats)
+    source = torch.ones(mib * 2**18, device=device)
+    target = torch.empty_like(source)
+    rates = []
+    for i in range(repeats + 1):
+        synchronize(device)
+        start = time.perf_counter()
+        target.copy_(source)
+        synchronize(device)
+        if i:  # the first copy warms up (pages, caches, clocks)
+            rates.append(2 * source.nbytes / (time.perf_counter() - start) / 1e9)
+    quartiles = statistics.quantiles(rates, n=4) if len(rates) > 1 else [rates[0]] * 3
+    return statistics.median(rates), quartiles[2] - quartiles[0]
+
+
+def device_bandwidth(device: str | torch.device | None = None) -> tuple[float, float | None, str]:
+    """``(GB/s, spread, source)``: a known GPU's peak (:data:`GPU_BANDWIDTH_GBS`, no spread), else
+    the measured copy bandwidth (:func:`copy_bandwidth_gbs`): a CPU's, or an unlisted GPU's."""
+    device = get_device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_properties(device).name
+        peak = table_bandwidth_gbs(name)
+        if peak is not None:
+            return peak, None, f"peak of {name}"
+    value, spread = copy_bandwidth_gbs(device)
+    return value, spread, "measured copy"
+
+
+def floor_fraction_records(throughput: Sequence[Record], bandwidth_gbs: float, bytes_per_game: dict,
+                           source: str = "given") -> list[Record]:
+    """Each ``VecSnake`` steps/s record over its memory floor, ``bandwidth / bytes per game``.
+
+    ``bytes_per_game``: obs type -> bytes one game's step touches, or a pair (touched, in 32-byte
+    sectors) (``snake.step_bytes``); other variants and obs types are skipped. Returns records
+    ``"env_step_floor"``: one ``"bandwidth"``, then per obs type its ``"bytes touched"`` (and
+    ``"bytes in sectors"``), then per figure its ``"floor fraction"`` (the figure's params; its
+    spread scaled alike). The floor uses the bytes touched, the larger of the two bounds.
+    """
+    bandwidth_gbs = check_number("bandwidth_gbs", bandwidth_gbs, above=0)
+    counts = {k: v if isinstance(v, tuple) else (v, None) for k, v in bytes_per_game.items()}
+    rates = [r for r in throughput if r.name == NAME and r.metric == METRIC and r.unit == UNIT
+             and r.variant.startswith("VecSnake") and r.params.get("obs_type") in counts]
+    if not rates:
+        return []
+    machine, device = rates[0].machine, ",".join(sorted({str(r.params.get("device", "?")) for r in rates}))
+    out = [Record(FLOOR_NAME, "memory bandwidth", "bandwidth", bandwidth_gbs, "GB/s",
+                  {"device": device, "source": source}, None, machine)]
+    for obs_type in dict.fromkeys(r.params["obs_type"] for r in rates):
+        touched, sectors = counts[obs_type]
+        params = {"obs_type": obs_type, "device": device}
+        out.append(Record(FLOOR_NAME, f"VecSnake {obs_type}", "bytes touched", touched, "B/game", params, None, machine))
+        if sectors is not None:
+            out.append(Record(FLOOR_NAME, f"VecSnake {obs_type}", "bytes in sectors", sectors, "B/game",
+                              dict(params), None, machine))
+    for r in rates:
+        floor = bandwidth_gbs * 1e9 / check_number("bytes per game", counts[r.params["obs_type"]][0], above=0)
+        spread = None if r.spread is None else r.spread / floor
+        out.append(Record(FLOOR_NAME, r.variant, FLOOR_METRIC, r.value / floor, FLOOR_UNIT, dict(r.params),
+                          spread, r.machine, r.date))
+    return out
+
+
+def floor_records(throughput: Sequence[Record], device: str | torch.device | None = None) -> list[Record]:
+    """:func:`floor_fraction_records` for ``throughput`` measured on ``device``: its bandwidth
+    (:func:`device_bandwidth`) and the bytes of a 10 x 10 ``VecSnake`` step of each obs type."""
+    device = get_device(device)
+    obs_types = sorted({r.params.get("obs_type") for r in throughput if r.variant.startswith("VecSnake")}
+                       & {"features", "grid"})
+    if not obs_types:
+        return []
+    counts = {}
+    for obs_type in obs_types:
+        counted = step_bytes(VecSnake(1, obs_type=obs_type, device=device, seed=SEED))
+        counts[obs_type] = (counted.touched, counted.sectors)
+    bandwidth, spread, source = device_bandwidth(device)
+    records = floor_fraction_records(throughput, bandwidth, counts, source)
+    if records and spread is not None:
+        records[0].spread = spread
+    return records
 
 
 # ---------------------------------------------------------------------------- memory of a step
