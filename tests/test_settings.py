@@ -208,6 +208,9 @@ NAMED = re.compile(r"(?i)settings|preset")
 """A name that holds PPO settings: ``settings``, ``PROOF_SETTINGS``, ``batch.settings``, ``preset``..."""
 REMOVED = ("suggested_settings", "ours_settings", "win_settings", "win_precision", "WIN_MINIBATCH_ROWS", "PRESETS")
 """The builders of ``learn.tune`` that the presets and ``ppo_settings`` replaced."""
+CONFIG_CALLS = {"PPOConfig": 0, "ppo_with_rollout": 1}
+"""The calls that make a ``PPOConfig`` of their keyword arguments, and the positional arguments they take
+first (``ppo_with_rollout``'s dtype)."""
 
 
 def _identifiers(node: ast.AST):
@@ -222,9 +225,10 @@ def settings_merges(source: str) -> list[tuple[int, str]]:
     """``(line, code)`` of each PPO settings dict merged in ``source``, read from its AST.
 
     A dict display that spreads (``{**x, ...}``) something whose names say settings or preset; a
-    ``PPOConfig`` call given a spread dict display or ``dict(...)`` (``PPOConfig(**{...})``), or a
-    spread beside other arguments (``PPOConfig(device=d, **settings)``). A spread of anything else
-    (a record's ``params``, ``os.environ``, a state dict) is no settings merge.
+    ``PPOConfig`` call (or one of :data:`CONFIG_CALLS`) given a spread dict display or ``dict(...)``
+    (``PPOConfig(**{...})``), or a spread beside other arguments (``PPOConfig(device=d, **settings)``;
+    ``ppo_with_rollout``'s dtype aside). A spread of anything else (a record's ``params``,
+    ``os.environ``, a state dict) is no settings merge.
     """
     found = []
     for node in ast.walk(ast.parse(source)):
@@ -232,12 +236,13 @@ def settings_merges(source: str) -> list[tuple[int, str]]:
             spread = [value for key, value in zip(node.keys, node.values) if key is None]
             if any(NAMED.search(name) for value in spread for name in _identifiers(value)):
                 found.append((node.lineno, ast.unparse(node)))
-        elif isinstance(node, ast.Call) and "PPOConfig" in (getattr(node.func, "id", None),
-                                                           getattr(node.func, "attr", None)):
+        elif isinstance(node, ast.Call) and (getattr(node.func, "id", None) or
+                                             getattr(node.func, "attr", None)) in CONFIG_CALLS:
+            first = CONFIG_CALLS[getattr(node.func, "id", None) or node.func.attr]
             stars = [keyword.value for keyword in node.keywords if keyword.arg is None]
             built = any(isinstance(value, ast.Dict) or (isinstance(value, ast.Call) and
                                                          getattr(value.func, "id", None) == "dict") for value in stars)
-            if stars and (built or len(node.args) + len(node.keywords) > 1):
+            if stars and (built or max(len(node.args) - first, 0) + len(node.keywords) > 1):
                 found.append((node.lineno, ast.unparse(node)))
     return found
 
@@ -249,6 +254,8 @@ def settings_merges(source: str) -> list[tuple[int, str]]:
     "settings = {**suggested_settings(device), **preset}",
     "settings = {**PROOF_SETTINGS, **config}",
     "chosen = {**start, **batch.settings, **precision.settings}",
+    "learner = ppo_with_rollout(dtype, **{**PPO_DEMO, **config})",
+    "learner = ppo.ppo_with_rollout(dtype, **config, accumulation_steps=k)",
 ])
 def test_the_search_finds_a_merged_settings_dict(code):
     assert settings_merges(code)
@@ -261,6 +268,8 @@ def test_the_search_finds_a_merged_settings_dict(code):
     "learner = PPO(PPOConfig(**config))",
     "config = ppo_settings(device, 'win', envs=8, overrides=settings)",
     "config = PPOConfig(num_envs=8, hidden=16)",
+    "learner = ppo_with_rollout(torch.float64, **settings_dict(proof))",
+    "learner = ppo_with_rollout(dtype, **config)",
 ])
 def test_the_search_leaves_other_merges_and_the_builders_calls_alone(code):
     assert not settings_merges(code)

@@ -1,30 +1,27 @@
 """The capstone's ablation: what each lesson contributed to the settings the helpers chose (notebook 11).
 
 ``learn.tune.capstone_settings`` starts from ``ppo_settings(device, obs=CAPSTONE_OBS)`` and asks
-the helpers of three lessons, in order, each measuring on the device:
+three helpers, in order, each measuring on the device:
 
-* notebook 06, **the batch**: a short run at each number of games (``choose_num_envs``),
-  judged by the score it learned, not by steps/s: more games per rollout make more steps/s
-  but fewer updates each second, and past a point they slow the learning;
-* notebook 08, **the precision**: ``learn.tune.precision_policy`` at the update's minibatch
-  size and network width (fp16 on a T4 comes with PPO's ``GradScaler``);
-* notebook 09, **the launches**: ``learn.tune.fastest_settings`` for the training budget, the
-  compile or capture included: a compile that costs more than it saves within the budget loses.
+* **the batch**: a short run at each number of games (``learn.tune.choose_num_envs``), judged by
+  the score it learned, not by steps/s: more games per rollout make more steps/s but fewer
+  updates each second, and past a point they slow the learning;
+* **the precision**: ``learn.tune.precision_policy`` at the update's minibatch size and network
+  width (fp16 on a T4 comes with PPO's ``GradScaler``);
+* **the launches**: ``learn.tune.fastest_settings`` for the training budget, the compile or
+  capture included: a compile that costs more than it saves within the budget loses.
 
-The rollout storage (notebook 05's buffer) is a tensor on the device in every setting: there is
-nothing to choose.
+PPO's rollout storage is a tensor on the device in every setting: there is nothing to choose.
 
-:func:`ablation_arms` lists the runs of the ablation: the chosen settings, and for each lesson
-the same settings with that lesson switched off, wherever that changes something on this device
-(a lesson with nothing to switch off here says why). :func:`run_arms` trains each for the same
-budget and seed; :func:`ablation_table` sets them side by side and, given runs of the chosen
-settings with other seeds, marks each effect within or beyond the seeds' spread (:func:`seed_spread`).
-:func:`capstone_recap` puts what the notebook measured into sentences, and
-:func:`capstone_verdicts` the guide's training figures beside the run (untested off a GPU).
-
-``python -m rlgpu_helpers bench capstone`` runs both as a suite (:func:`measure_capstone`); the
-settings it chose go on file, where ``bench training`` and the GPU sweep find them
-(``time_to_score.chosen_on_file``). This module imports :mod:`.time_to_score`, never the reverse.
+:func:`ablation_arms` lists the runs: the chosen settings, and for each lesson the same settings
+with that lesson switched off wherever that changes something on this device (else it says why).
+:func:`run_arms` trains each for the same budget and seed; :func:`ablation_table` sets them side
+by side and marks each effect within or beyond the seeds' spread (:func:`seed_spread`).
+:func:`capstone_recap` puts what the notebook measured into sentences, :func:`capstone_verdicts`
+the guide's training figures beside the run (untested off a GPU). ``python -m rlgpu_helpers bench
+capstone`` runs both as a suite (:func:`measure_capstone`); the settings it chose go on file for
+``bench training`` and the GPU sweep (``time_to_score.chosen_on_file``). This module imports
+:mod:`.time_to_score`, never the reverse.
 """
 
 from __future__ import annotations
@@ -57,8 +54,8 @@ from .time_to_score import (
 )
 
 FEW_GAMES = 8
-"""The games of the ablation's arm with notebook 03 switched off: a handful stepped together, as a
-single-env loop per core would."""
+"""The games of the ablation's arm that switches off many games at once (``snake.vec``): a handful
+stepped together, as a single-env loop per core would."""
 
 BASELINE = "all lessons"
 """The name of the ablation's arm with every lesson on: the chosen settings."""
@@ -75,11 +72,12 @@ class Arm:
     """What switching the lesson off means here, or why there is nothing to switch off."""
     settings: dict | None
     device: str | None = None
-    """Where this arm trains, when not on the chosen device (notebook 04 switched off)."""
+    """Where this arm trains, when not on the chosen device (the env on the device switched off)."""
 
 
 def ablation_arms(chosen: CapstoneSettings, device: str | torch.device | None = None) -> list[Arm]:
-    """The chosen settings, then each lesson of notebooks 03-11 switched off, in course order."""
+    """The chosen settings, then each lesson switched off, in course order (the arms ``03 many games
+    at once`` to ``11 the observation``)."""
     device = get_device(device, param="device")
     best = ppo_settings(device, overrides=chosen.settings)
     on_gpu = device.type == "cuda"
@@ -261,8 +259,9 @@ def ablation_records_table(records, thresholds=(20, 30)) -> Table:
 
 def capstone_verdicts(ours: Curve, naive: Curve, device: str | torch.device) -> list[Verdict]:
     """The guide's training figures beside the capstone's run on ``device``: seconds per million env
-    steps, and env steps/s against the naive single-env loop of notebook 01 on the same machine (one
-    run each). The guide's figures are for a GPU: off a GPU they stand untested (``claims.judge``)."""
+    steps, and env steps/s against the naive single-env loop of ``learn.naive_dqn`` on the same
+    machine (one run each). The guide's figures are for a GPU: off a GPU they stand untested
+    (``claims.judge``)."""
     for name, curve in (("ours", ours), ("naive", naive)):
         if not isinstance(curve, Curve) or not curve.steps_per_second > 0:
             raise ValueError(f"{name}={curve!r:.80} must be a Curve that made env steps")

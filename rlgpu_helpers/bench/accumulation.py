@@ -43,7 +43,8 @@ from ..gpu.accumulate import (
 )
 from ..gpu.memory import peak_memory
 from ..learn.nets import QNetwork
-from ..learn.ppo import ppo_with_rollout
+from ..learn.ppo import PPO, ppo_with_rollout
+from ..learn.settings import ppo_settings, settings_dict
 from ..measure.records import Record, select
 from ..measure.table import Table, format_number
 from ..measure.timing import time_callable
@@ -213,6 +214,13 @@ PPO_DEMO = {"num_envs": 64, "num_steps": 32, "num_minibatches": 4, "hidden": 64,
 """The small PPO of notebook 07's comparisons: minibatches of 512 transitions."""
 
 
+def _demo_learner(dtype: torch.dtype, config: dict, **fixed) -> PPO:
+    """``ppo_with_rollout`` of the settings ``ppo_settings`` builds on a CPU (PPOConfig's defaults),
+    :data:`PPO_DEMO`, then ``config``, then ``fixed`` over it (a device among them wins)."""
+    settings = ppo_settings("cpu", overrides=[*PPO_DEMO.items(), *config.items(), *fixed.items()])
+    return ppo_with_rollout(dtype, **settings_dict(settings))
+
+
 def ppo_gradient_table(accumulation_steps=(1, 2, 3, 4, 8, 32), dtype: torch.dtype = torch.float64,
                        **config) -> Table:
     """PPO's gradient on one minibatch, accumulated over K micro-batches, against K = 1.
@@ -222,7 +230,7 @@ def ppo_gradient_table(accumulation_steps=(1, 2, 3, 4, 8, 32), dtype: torch.dtyp
     ``config`` overrides :data:`PPO_DEMO`.
     """
     steps = check_ints("accumulation_steps", accumulation_steps)
-    learner = ppo_with_rollout(dtype, **{**PPO_DEMO, **config})
+    learner = _demo_learner(dtype, config)
     c = learner.config
     minibatch = c.num_envs * c.num_steps // c.num_minibatches
     idx = torch.randperm(c.num_envs * c.num_steps, generator=torch.Generator().manual_seed(c.seed))[:minibatch]
@@ -246,7 +254,7 @@ def ppo_update_difference(accumulation_steps: int, dtype: torch.dtype = torch.fl
     the relative difference (max |difference| / max |change|) of the parameter changes."""
     changes = []
     for k in (1, check_int("accumulation_steps", accumulation_steps)):
-        learner = ppo_with_rollout(dtype, **{**PPO_DEMO, **config, "accumulation_steps": k})
+        learner = _demo_learner(dtype, config, accumulation_steps=k)
         before = torch.cat([p.detach().flatten() for p in learner.model.parameters()]).clone()
         torch.manual_seed(learner.config.seed)  # the same minibatch shuffles for both
         learner.update()

@@ -3,31 +3,25 @@
 ``python -m rlgpu_helpers bench graphs`` runs :func:`measure_graphs`. Records:
 
 * ``"graphs_op_time"``: the time of ``a + b`` eager against the tensors' size (elements), µs.
-  Flat at small sizes: the fixed cost of one operator (notebook 04's launch floor).
+  Flat at small sizes: the fixed cost of one operator (``bench.launch``'s launch floor).
 * ``"graphs_launches"``: operators launched per call of each part, eager
   (``bench.launch.count_launches``): what the fixed cost is paid on.
-* ``"graphs_step"``: time per call of each **part** (µs, median and IQR) for each **mode** and N:
-
-  - ``"env"``: one ``VecSnake`` step (``_step``, the action check off), features observations;
-  - ``"acting"``: the policy acting on N observations: logits, a sampled action, its log-probability;
-  - ``"update"``: one PPO minibatch update (loss, backward, clipping, Adam) on a rollout of N games;
-  - ``"iteration"``: one whole PPO iteration (rollout of :data:`NUM_STEPS` steps, GAE, the update)
-    with ``PPOConfig(compile=..., cuda_graphs=...)``.
-
-  Modes: ``"eager"``; ``"compiled"`` (``torch.compile``, default mode); ``"reduce-overhead"``
-  (``torch.compile`` replaying CUDA graphs; on a CPU it is the default mode, so not measured
-  twice); ``"CUDA graph (by hand)"`` (``gpu.graphs.CapturedStep``; for the iteration:
-  ``cuda_graphs=True``, and ``compile=True`` too). On a CPU the CUDA-graph modes are skipped
-  (:data:`SKIPPED_ON_CPU`). Where Inductor compiles ``reduce-overhead`` without its CUDA graphs
-  (a part that mutates its inputs), that part is not timed as graphed: the reason is printed.
-  Without a compiler (no C++ compiler on a CPU, no Triton on a GPU), the modes that compile
-  (:func:`compiles`) are left out, and one printed line says why.
+* ``"graphs_step"``: time per call of each **part** (µs, median and IQR) for each **mode** and N.
+  Parts: ``"env"`` (one ``VecSnake`` step, features observations), ``"acting"`` (logits, a
+  sampled action and its log-probability for N observations), ``"update"`` (one PPO minibatch
+  update on a rollout of N games), ``"iteration"`` (one whole PPO iteration of :data:`NUM_STEPS`
+  steps with ``PPOConfig(compile=..., cuda_graphs=...)``). Modes: ``"eager"``, ``"compiled"``
+  (``torch.compile``), ``"reduce-overhead"`` (``torch.compile`` replaying CUDA graphs; on a CPU
+  the default mode, so not measured twice), ``"CUDA graph (by hand)"`` (``gpu.graphs.CapturedStep``;
+  for the iteration ``cuda_graphs=True`` and ``compile=True``). Skipped, with one printed line
+  saying why: the CUDA-graph modes on a CPU (:data:`SKIPPED_ON_CPU`), a part Inductor compiles
+  without its CUDA graphs, the modes that compile where there is no compiler (:func:`compiles`).
 * ``"graphs_compile"``: seconds of each part's first compiled call (the compile) or capture.
 
 :func:`launch_share_table` reads the step records against the launch floor (operators x the
 time of one tiny operator): compiling wins where that fixed cost is most of eager's time, and
 only there. :data:`H100_BANDWIDTH_GBS` bounds a graph-captured env step from above: launches
-gone, a step still moves its bytes per game (notebook 04) at no more than the memory bandwidth.
+gone, a step still moves its bytes per game (``bench.launch``) at no more than the bandwidth.
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@
   acting's batch (``num_envs``) and the update's minibatch, where the activations dominate the
   memory; :func:`batch_table` shows them, and :func:`capstone_precision_table` the capstone's
   env steps/s with and without its chosen precision (``bench capstone`` records);
-* ``"precision_ppo"`` (:func:`ppo_records`): notebook 11's PPO trained for the same env steps
-  from the same seed in each of :data:`LEARNING_VARIANTS` (the bf16 ones where the device
-  multiplies bf16 natively): fp32, bf16 autocast around each forward pass, and the whole run
-  inside one bf16 autocast region (the mistake); the mean score at the end and env steps/s, with
-  the learning curves for plotting.
+* ``"precision_ppo"`` (:func:`ppo_records`): PPO (:func:`ppo_config`, the start preset) trained
+  for the same env steps from the same seed in each of :data:`LEARNING_VARIANTS` (the bf16 ones
+  where the device multiplies bf16 natively): fp32, bf16 autocast around each forward pass, and
+  the whole run inside one bf16 autocast region (the mistake); the mean score at the end and env
+  steps/s, with the learning curves for plotting.
 
 :func:`precision_claim_checks` judges the guides' statements on mixed precision, and
 :func:`target_checks` the lesson's GPU target (bf16 at least twice fp32 from width 1,024).
@@ -79,7 +79,7 @@ def default_hiddens() -> tuple[int, ...]:
 
 
 def default_batch_size(device: str | torch.device | None = None) -> int:
-    """4,096 on a GPU (a smaller batch leaves it idle, notebook 06), 256 on a CPU (128 in quick mode)."""
+    """4,096 on a GPU (a smaller batch leaves it idle: ``bench.batch_size``), 256 on a CPU (128 in quick mode)."""
     return 4096 if get_device(device, param="device").type == "cuda" else pick(full=256, quick=128)
 
 

@@ -5,7 +5,7 @@
   user would on this machine: one game per core, in whichever of ``DummyVecEnv`` and
   ``SubprocVecEnv`` is faster here (measured); needs the optional extra ``compare``
   (``pip install -e ".[compare]"``);
-* ``naive``: the single-env DQN of notebook 01.
+* ``naive``: the single-env DQN of ``learn.naive_dqn``.
 
 Every setup is given the same observation (``obs_type``, default the capstone's,
 ``learn.tune.CAPSTONE_OBS``), and its curve and label say which: a comparison of learners that see
@@ -207,8 +207,9 @@ def run_sb3(seconds: float, seed: int = 0, num_envs: int | None = None, vec_env:
 
 
 def run_naive(seconds: float, seed: int = 0, segment_s: float = 1.0, obs_type: str = CAPSTONE_OBS) -> Curve:
-    """The naive DQN of notebook 01, seeing ``obs_type``, run in segments of ``segment_s`` so its
-    learning curve has a point every second, like the others' (a segment is timed by the loop itself)."""
+    """The naive DQN of ``learn.naive_dqn``, seeing ``obs_type``, run in segments of ``segment_s`` so
+    its learning curve has a point every second, like the others' (a segment is timed by the loop
+    itself)."""
     agent = NaiveDQN(LoopSettings(seed=seed, obs_type=obs_type))
     curve, spent, steps = ScoreCurve(), 0.0, 0
     while spent < seconds:

@@ -1,4 +1,4 @@
-"""Time to win: the ``"win"`` preset trained for a budget on several seeds, then judged over many games (notebook 11).
+"""Time to win: the ``"win"`` preset trained for a budget on several seeds, then judged over many games (notebook 12).
 
 Each seed trains ``PPO`` with ``ppo_settings(device, "win")`` (``learn.settings``) for ``budget_s``
 seconds. Its curve holds, about once a second, the mean score of the last 100 finished games

@@ -2,8 +2,8 @@
 
 :func:`speed_settings` lists the configurations that matter on a device, each the preset with a
 few settings changed (``bench win_speed``). The ladder starts from the plain loop, eager in fp32,
-and adds one technique at a time: the device's 16-bit precision (notebook 08), then on a GPU CUDA
-graphs, then compile (notebook 09), which makes the preset; on a CPU, compile. The old GPU preset
+and adds one technique at a time: the device's 16-bit precision (``gpu.precision``), then on a
+GPU CUDA graphs, then compile (``gpu.graphs``), which makes the preset; on a CPU, compile. The old GPU preset
 (the CNN trunk, 8,192-row minibatches, eager fp32) stands before it, the run the first GPU records
 come from. Then the shapes of the work: minibatches of 4,096 and 8,192 rows, four times the games,
 the CNN trunk, each with CUDA graphs and no compile on a GPU (a capture takes seconds, a compile a

@@ -4,20 +4,18 @@ Data parallelism runs W copies of the learner, one per process (rank). Each rank
 ``VecSnake`` (env seed ``seed + rank``: different games), collects its own rollout and computes
 the gradient of its own minibatches; before every optimizer step the gradients are averaged over
 the ranks (an *all-reduce*), so every rank takes the same step and the W models stay identical.
-One update learns from W times the transitions: the gradient of the mean loss over the
-concatenation of the W minibatches (the proof: :func:`gradient_check`).
+One update learns from W times the transitions: the gradient of the mean loss over the W
+minibatches concatenated (the proof: :func:`gradient_check`).
 
 ``DistributedPPO`` wraps the model in ``DistributedDataParallel`` (DDP) rather than all-reducing
 one flattened gradient by hand as CleanRL's ``ppo_atari_multigpu.py`` does: DDP broadcasts rank
-0's parameters at construction (every rank starts from the same network), all-reduces in
-buckets *while* the backward pass is still running, and has ``no_sync()`` for gradient
-accumulation (``gpu.accumulate.sync_last_micro_batch_only``). Two things DDP does not do, which
-PPO needs to equal the one-process update, are the two hooks of ``learn.ppo.PPO`` overridden
-here: the advantages of a minibatch are normalized with the mean and standard deviation of all
-W minibatches (all-reduced sum and count, then the all-reduced sum of squared deviations:
-the unbiased std of the concatenation), and ``target_kl``'s approximate KL is averaged over the
-ranks, so every rank stops at the same epoch (a rank that stopped alone would wait for the
-others in its next all-reduce until the timeout).
+0's parameters at construction, all-reduces in buckets *while* the backward pass runs, and has
+``no_sync()`` for gradient accumulation (``gpu.accumulate.sync_last_micro_batch_only``). Two
+hooks of ``learn.ppo.PPO``, overridden here, do what DDP does not and PPO needs to equal the
+one-process update: a minibatch's advantages are normalized with the mean and the unbiased std of
+all W minibatches (all-reduced), and ``target_kl``'s approximate KL is averaged over the ranks,
+so every rank stops at the same epoch (one that stopped alone would wait in its next all-reduce
+until the timeout).
 
 ``python -m rlgpu_helpers rank train|proof|measure`` is the entry point ``torchrun`` starts on
 each rank (``python -m rlgpu_helpers train --nproc N`` builds the command); the process group,
@@ -237,8 +235,7 @@ def gradient_check(accumulation_steps: int = 4, **config) -> dict | None:
     Then the learner's own update path (``config.accumulation_steps = accumulation_steps``): the
     all-reduces of one ``DistributedPPO.update`` per optimizer step (its ``no_sync``: 1), against
     one step of ``PPO.minibatch_update`` run on the DDP model without it (``accumulation_steps``),
-    and whether the ranks' parameters still agree after both.
-    """
+    and whether the ranks' parameters still agree after both."""
     steps = check_int("accumulation_steps", accumulation_steps)
     proof = ppo_settings("cpu", overrides=[*PROOF_SETTINGS.items(), *config.items()])  # config's over the proof's
     rank, world_size = dist.get_rank(), dist.get_world_size()
