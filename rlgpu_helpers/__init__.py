@@ -26,8 +26,8 @@ Where each lesson's helpers live:
 03    vectorized_envs             snake.cpu_vector, snake.vec, snake.vec_state,
                                   snake.vec_observe, bench.envs, bench.env_records,
                                   bench.fps_claims
-04    gpu_vectorized_env          snake.vec, snake.naive_tensor, gpu.sync, gpu.launches,
-                                  bench.syncs, bench.launch
+04    gpu_vectorized_env          snake.vec, snake.naive_tensor, snake.step_bytes, gpu.sync,
+                                  gpu.launches, bench.syncs, bench.launch, bench.envs (floor)
 05    transfers_and_replay        gpu.transfer, bench.transfers, replay (the registry),
                                   replay.base, replay.naive, replay.tensor, replay.pinned,
                                   replay.memmap, replay.prioritized, bench.replay,

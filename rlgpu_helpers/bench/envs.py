@@ -30,7 +30,6 @@ import dataclasses
 import mmap
 import re
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -46,9 +45,10 @@ from ..core.checks import (
     check_numbers,
 )
 from ..core.config import pick
-from ..core.device import get_device, logical_cores, machine_of, synchronize
+from ..core.device import get_device, logical_cores, machine_of
 from ..gpu.memory import try_to_fit
 from ..measure.records import Record
+from ..measure.table import Table, format_number
 from ..measure.timing import rate
 from ..snake import rules
 from ..snake.cpu_vector import VECTOR_KINDS, make_cpu_vector_env
@@ -56,6 +56,7 @@ from ..snake.env import SnakeEnv
 from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
 from ..snake.step_bytes import step_bytes
 from ..snake.vec import VecSnake
+from .ceilings import memory_bandwidth
 
 
 NAME = "env_step"
@@ -364,41 +365,19 @@ def table_bandwidth_gbs(gpu_name: str) -> float | None:
     return next((float(gbs) for pattern, gbs in GPU_BANDWIDTH_GBS if re.search(pattern, name)), None)
 
 
-def copy_bandwidth_gbs(device: str | torch.device | None = "cpu", *, mib: int | None = None,
-                       repeats: int | None = None) -> tuple[float, float]:
-    """GB/s of copying a ``mib`` MiB float32 buffer on ``device`` (read and write: 2 x size / time).
-
-    The median of ``repeats`` synchronized copies after one warm-up, and the IQR of their rates.
-    Defaults: 256 MiB and 7 repeats (32 MiB and 3 in quick mode).
-    """
-    device = get_device(device)
-    mib = check_int("mib", pick(full=256, quick=32) if mib is None else mib)
-    repeats = check_int("repeats", pick(full=7, quick=3) if repeats is None else repeats)
-    source = torch.ones(mib * 2**18, device=device)
-    target = torch.empty_like(source)
-    rates = []
-    for i in range(repeats + 1):
-        synchronize(device)
-        start = time.perf_counter()
-        target.copy_(source)
-        synchronize(device)
-        if i:  # the first copy warms up (pages, caches, clocks)
-            rates.append(2 * source.nbytes / (time.perf_counter() - start) / 1e9)
-    quartiles = statistics.quantiles(rates, n=4) if len(rates) > 1 else [rates[0]] * 3
-    return statistics.median(rates), quartiles[2] - quartiles[0]
-
-
 def device_bandwidth(device: str | torch.device | None = None) -> tuple[float, float | None, str]:
     """``(GB/s, spread, source)``: a known GPU's peak (:data:`GPU_BANDWIDTH_GBS`, no spread), else
-    the measured copy bandwidth (:func:`copy_bandwidth_gbs`): a CPU's, or an unlisted GPU's."""
+    the copy bandwidth of the largest buffer of ``bench.ceilings.memory_bandwidth`` (notebook 00's
+    measurement): a CPU's, or an unlisted GPU's."""
     device = get_device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_properties(device).name
         peak = table_bandwidth_gbs(name)
         if peak is not None:
             return peak, None, f"peak of {name}"
-    value, spread = copy_bandwidth_gbs(device)
-    return value, spread, "measured copy"
+    copies = [r for r in memory_bandwidth(device, sizes_mib=(pick(full=256, quick=32),), progress=False)
+              if r.variant == "device copy"]
+    return copies[-1].value, copies[-1].spread, "measured copy"
 
 
 def floor_fraction_records(throughput: Sequence[Record], bandwidth_gbs: float, bytes_per_game: dict,
@@ -452,6 +431,25 @@ def floor_records(throughput: Sequence[Record], device: str | torch.device | Non
     if records and spread is not None:
         records[0].spread = spread
     return records
+
+
+def step_floor_table(step_times: Sequence[Record], bandwidth_gbs: dict, bytes_per_game: int) -> Table:
+    """The env step's times per call (``bench.graphs``, part ``"env"``) as env steps/s beside its floor.
+
+    ``bandwidth_gbs``: machine -> GB/s; ``bytes_per_game``: what one step must move (``snake.step_bytes``).
+    Each row: the machine, the mode, N, env steps/s, the floor ``bandwidth / bytes`` and the fraction of it.
+    """
+    bytes_per_game = check_number("bytes_per_game", bytes_per_game, above=0)
+    rows = []
+    for r in step_times:
+        if r.params.get("part") != "env" or r.unit != "µs" or r.machine not in bandwidth_gbs:
+            continue
+        n = r.params["num_envs"]
+        steps = n / (r.value * 1e-6)
+        floor = bandwidth_gbs[r.machine] * 1e9 / bytes_per_game
+        rows.append([r.machine, r.variant, f"{n:,}", format_number(steps), format_number(floor), f"{steps / floor:.1%}"])
+    return Table(["machine", "step", "games (N)", "env steps/s", "floor (env steps/s)", "of the floor"], rows,
+                 [False, False, True, True, True, True])
 
 
 # ---------------------------------------------------------------------------- memory of a step

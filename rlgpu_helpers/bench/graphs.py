@@ -137,12 +137,12 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
                              "backward and optimizer step break the graph (use the CUDA graph modes)")
         learner = _learner(num_envs, device, **settings)
         return _setup(learner.iterate, (), mode, device, warmups=3 if mode != EAGER else 0)
-    learner = _learner(num_envs, device, compile=mode != EAGER, cuda_graphs=False)
     if part == "env":
         env = VecSnake(num_envs, device=device, seed=0, check_action_values=False)
         actions = torch.randint(0, NUM_ACTIONS, (num_envs,), generator=torch.Generator().manual_seed(0)).to(device)
         fn, args = env.step_tensors, (actions,)
     elif part == "acting":
+        learner = _learner(num_envs, device, compile=mode != EAGER, cuda_graphs=False)
         obs = learner.next_obs.clone()
 
         def fn(obs):
@@ -150,6 +150,7 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
                 return learner.act(obs)
         args = (obs,)
     else:
+        learner = _learner(num_envs, device, compile=mode != EAGER, cuda_graphs=False)
         learner.collect()
         fn, args = learner.minibatch_update, (torch.randperm(num_envs * NUM_STEPS, device=device),)
     if mode == EAGER:

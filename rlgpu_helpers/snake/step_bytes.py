@@ -1,4 +1,4 @@
-"""The bytes one ``VecSnake`` step reads and writes per game: the memory floor of its throughput.
+"""The bytes one ``VecSnake`` step reads and writes per game: its memory floor (notebook 04).
 
 :func:`step_bytes` counts, from ``vec.py``'s ``step_tensors``, ``_restart`` and ``_place_food`` and
 ``vec_observe``'s observations, the per-game memory of a *common step* (the game moves on: it
