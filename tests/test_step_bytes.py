@@ -19,16 +19,16 @@ def test_features_on_10x10_match_a_hand_count():
     counted = step_bytes(env)
     assert counted.touched == reads + writes + scattered
     assert counted.sectors == reads + writes + 32 * 7
-    assert (counted.touched, counted.sectors) == (380, 556)  # today's dtypes: int64 stamps and clock, int32 rest
+    assert (counted.touched, counted.sectors) == (360, 556)  # today's dtypes: int32 stamps, int64 clock, int32 rest
 
 
 def test_grid_streams_every_stamp_and_its_observation():
     counted = step_bytes(VecSnake(4, obs_type="grid"))
     parts = {(name, way): touched for name, way, touched, _ in counted.parts}
-    assert parts[("_stamp", "read")] == 12 * 11 * 8
+    assert parts[("_stamp", "read")] == 12 * 11 * 4  # int32 stamps
     assert parts[("obs", "write")] == parts[("final_obs", "write")] == parts[("final_obs", "read")] == 3 * 100 * 4
-    assert counted.sectors - counted.touched == (32 - 4) + (32 - 8) + (32 - 4)  # scattered: the tail's slot; head's stamp, slot
-    assert (counted.touched, counted.sectors) == (4924, 5004)
+    assert counted.sectors - counted.touched == (32 - 4) + (32 - 4) + (32 - 4)  # scattered: the tail's slot; head's stamp, slot
+    assert (counted.touched, counted.sectors) == (4392, 4476)
 
 
 class FakeEnv:

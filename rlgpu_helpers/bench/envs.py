@@ -367,8 +367,8 @@ def table_bandwidth_gbs(gpu_name: str) -> float | None:
 
 def device_bandwidth(device: str | torch.device | None = None) -> tuple[float, float | None, str]:
     """``(GB/s, spread, source)``: a known GPU's peak (:data:`GPU_BANDWIDTH_GBS`, no spread), else
-    the copy bandwidth of the largest buffer of ``bench.ceilings.memory_bandwidth`` (notebook 00's
-    measurement): a CPU's, or an unlisted GPU's."""
+    the copy bandwidth of the largest buffer of ``bench.ceilings.memory_bandwidth``: a CPU's, or
+    an unlisted GPU's."""
     device = get_device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_properties(device).name

@@ -81,7 +81,7 @@ def bytes_per_game(height: int, width: int, obs_type: str) -> int:
     largest temporaries (for an error that says how much ``num_envs`` needs, before allocating)."""
     cells = (height + 2) * (width + 1)  # the bordered grid
     ring = 1 << (height * width - 1).bit_length()
-    state = cells * 8 + ring * 8 + height * 8 * 2 + 16 * 8  # stamps, ring, row counts, per-game numbers
+    state = cells * 4 + ring * 4 + height * 4 * 2 + 84  # int32 stamps, ring, row counts; per-game numbers
     obs = 4 * int(np.prod(rules.observation_shape(obs_type, height, width)))
     window = rules.ego_size(height, width) ** 2
     temporaries = {"grid": cells * 12, "features_reach": cells * 10, "ego_grid": window * 40}.get(obs_type, 64)
@@ -159,8 +159,9 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
         P = W + 1  # row pitch: W cells and one wall
         self._pitch, self._rows, self._cells = P, H + 2, H * W
         # Small integers (cells, rows, headings, counts, flat indices) are int32: half the bytes
-        # of int64, so more of each operation's data stays in cache. Only times (stamps and the
-        # clock) need int64. Flat indices grow with N; past 2**31 they switch to int64.
+        # of int64, so more of each operation's data stays in cache. Times (stamps)
+        # are int32 (the clock int64), kept small by a rebase (``_rebase``). Flat indices grow
+        # with N; past 2**31 they switch to int64.
         self._small = torch.int32 if self.num_envs * (H + 2) * P * 3 < 2**31 else torch.int64
         small = dict(dtype=self._small, device=self.device)
         padded = torch.arange((H + 2) * P)
@@ -249,6 +250,7 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
 
     def step_tensors(self, actions: torch.Tensor, frozen: torch.Tensor | None = None):
         """The step itself: no host synchronization. ``frozen`` (a 0-d bool) stops every game."""
+        self._sweep_rebase(frozen)  # keeps int32 times small; changes nothing a rule sees
         stamps, ring, row_free = self._stamp.view(-1), self._ring.view(-1), self._row_free.view(-1)
         direction = self._turned.index_select(0, self._direction * rules.NUM_ACTIONS + actions)
         new_head = self._head + self._offset.index_select(0, direction)
@@ -344,7 +346,7 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
         cells = torch.where(at, self._start_cells, self._head[:, None])  # (N, 3)
         times = self._clock[:, None] - torch.where(at, self._start_age, 0)
         at = (cells + self._stamp_at[:, None]).view(-1).to(torch.int64)
-        self._stamp.view(-1).scatter_(0, at, times.view(-1))
+        self._stamp.view(-1).scatter_(0, at, times.view(-1).to(torch.int32))
         slots = (times & self._ring_mask).add_(self._ring_at[:, None])
         self._ring.view(-1).scatter_(0, slots.view(-1), cells.view(-1))
 
@@ -362,7 +364,7 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
         # row instead of their own (cheap: it stays in cache); their result is discarded.
         which = torch.where(need, self._first_row + 1 + row, 0)
         cells = self._stamp.view(-1, self._pitch).index_select(0, which)  # (N, W + 1)
-        empty = cells <= (self._clock - self._length)[:, None]  # the wall column is never empty
+        empty = cells <= (self._clock - self._length).to(torch.int32)[:, None]  # the wall column is never empty
         running = empty.to(torch.uint8).cumsum(1, dtype=torch.uint8)  # W <= 64 fits
         # The number of cells whose running count is <= k: a binary search in each game's row.
         col = torch.searchsorted(running, k.to(torch.uint8)[:, None], right=True, out_int32=True)

@@ -127,7 +127,7 @@ class VecSnakeObservations:
         """
         N, P = self.num_envs, self._pitch
         stamps = self._stamp.view(N, -1)
-        free = (stamps <= (self._clock - self._length + 1)[:, None]).to(torch.uint8)
+        free = (stamps <= (self._clock - self._length + 1).to(torch.int32)[:, None]).to(torch.uint8)
         free.scatter_(1, self._head[:, None].to(torch.int64), 0)  # in a step, the new head has no stamp yet
         free = free[:, None, :]  # (N, 1, C)
         ahead = self._head[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3) cells
@@ -175,9 +175,9 @@ class VecSnakeObservations:
         # Body: remaining lifetime stamp - (clock - length), 1..length, over length; 0 elsewhere.
         # Computed over each game's whole contiguous block (walls included, then dropped): on
         # a CPU, broadcasting over the strided inside view is several times slower. Subtract in
-        # int64 (stamps are large), then work in float32; division, not a reciprocal multiply,
+        # int32 (walls stay below 2**31), then work in float32; division, not a reciprocal multiply,
         # so the values are the correctly rounded (length - i) / length of the rules.
-        life = (self._stamp.view(N, -1) - (self._clock - self._length)[:, None]).to(torch.float32)
+        life = (self._stamp.view(N, -1) - (self._clock - self._length).to(torch.int32)[:, None]).to(torch.float32)
         life.clamp_(min=0.0).div_(self._length.to(torch.float32)[:, None])
         obs[:, 1] = life.view(N, self._rows, self._pitch)[:, 1 : H + 1, :W]
         # Head and food: one 1.0 each, written through a flat view.
@@ -209,8 +209,8 @@ class VecSnakeObservations:
         cells = torch.where(off_board, 0, (rows + 1) * self._pitch + cols).add_(self._stamp_at[:, None])
         stamps = self._stamp.view(-1).index_select(0, cells.view(-1)).view(N, -1)
         obs = torch.empty(N, 3, S * S, dtype=torch.float32, device=self.device)
-        # As in _observe_grid: remaining lifetime over length, in int64 then float32, divided.
-        life = (stamps - (self._clock - self._length)[:, None]).to(torch.float32)
+        # As in _observe_grid: remaining lifetime over length, in int32 then float32, divided.
+        life = (stamps - (self._clock - self._length).to(torch.int32)[:, None]).to(torch.float32)
         obs[:, 0] = life.clamp_(min=0.0).div_(self._length.to(torch.float32)[:, None]).masked_fill_(off_board, 0.0)
         obs[:, 0, (S // 2) * S + S // 2] = 1.0  # the head: its stamp may not be written yet in a step
         obs[:, 1] = 0.0

@@ -10,6 +10,8 @@ graphs need), laid out so that a step never branches on a cell and never clears 
   of the last move and ``length[n]`` the snake's length, a cell is body exactly when
   ``stamp > clock - length``. Moving writes one stamp; growing is ``length += 1``; the tail leaves
   the window by itself. A new game jumps the clock past every old stamp.
+* Stamps are int32: each step rebases a few games in turn (``_rebase``), every game within
+  ``SWEEP_PERIOD`` steps, so a clock (growing at most 4 a step) stays far below 2**31.
 * ``ring[n, t % ring size]`` remembers which cell the head entered at time t: it gives the tail.
 * ``row_free[n, r]`` counts the empty cells of each row, for placing food.
 
@@ -26,7 +28,10 @@ from . import rules
 from .rules import SnakeState
 
 MASK32 = 0xFFFFFFFF  # the random stream's keys and hashes are 32-bit
-WALL_STAMP = 1 << 62  # the stamp of the "off the grid" column: always body
+WALL_STAMP = 2**31 - 1  # the stamp of the "off the grid" column: always body (stamps are int32)
+OLD_WALL_STAMP = 1 << 62  # the wall stamp of int64 states (before issue 38), converted on loading
+REBASE_AT = 1 << 30  # a loaded game whose clock is past this is rebased at once
+SWEEP_PERIOD = 1 << 24  # every game is rebased at least once in this many steps
 
 
 class VecSnakeState:
@@ -36,8 +41,9 @@ class VecSnakeState:
         """Every piece of state is a tensor updated in place (what CUDA graphs need)."""
         N, H, dev = self.num_envs, self.height, self.device
         i64 = dict(dtype=torch.int64, device=dev)
+        i32 = dict(dtype=torch.int32, device=dev)
         small = dict(dtype=self._small, device=dev)
-        self._stamp = torch.full((N, self._rows, self._pitch), WALL_STAMP, **i64)
+        self._stamp = torch.full((N, self._rows, self._pitch), WALL_STAMP, **i32)
         self._stamp[:, 1 : H + 1, : self.width] = 0
         self._ring = torch.zeros(N, self._ring_size, **small)
         self._row_free = torch.zeros(N, H, **small)
@@ -49,7 +55,13 @@ class VecSnakeState:
         self._first_row = game * self._rows  # index of each game's top wall row
         self._grid_obs_at = torch.arange(N, device=dev) * (3 * self._cells)  # of each grid observation
         self._ego_obs_at = torch.arange(N, device=dev) * (3 * self._ego_size**2)  # of each ego_grid observation
-        self._clock = torch.zeros(N, **i64)
+        self._clock = torch.zeros(N, **i64)  # int64 as before, but kept below 2**31 (``_rebase``)
+        # The rebase sweep: ``_sweep_games`` games a step, in turn (see ``_rebase``).
+        self._sweep_games = 1 + N // SWEEP_PERIOD
+        self._sweep = torch.zeros((), **i64)
+        self._sweep_range = torch.arange(self._sweep_games, **i64)
+        inside = torch.arange(1, H + 1, device=dev)[:, None] * self._pitch + torch.arange(self.width, device=dev)
+        self._inside_cells = inside.view(-1)  # (H * W,) int64: the grid's cells in the bordered layout
         self._length = torch.zeros(N, **small)
         self._head = torch.zeros(N, **small)
         self._direction = torch.zeros(N, **small)
@@ -58,6 +70,30 @@ class VecSnakeState:
         self._episode_steps = torch.zeros(N, **i64)  # up to (H * W - 2) * max_steps_without_food
         self._counter = torch.zeros((), **i64)
         self._env_keys = torch.zeros(N, **i64)  # the hash works in int64
+
+    def _rebase(self, games: torch.Tensor, frozen: torch.Tensor | None = None) -> None:
+        """Shift the times of ``games`` (int64 indices, distinct) down, keeping every rule the same.
+
+        The shift is ``clock - length`` rounded down to a multiple of the ring's size (so ring
+        slots stay put); stamps below it, all of empty cells, become 0, which stays <= the new
+        ``clock - length``: what is body, tail or empty, and every lifetime, is unchanged.
+        ``frozen`` (a 0-d bool) set to True shifts nothing (a frozen step changes no tensor).
+        """
+        clock = self._clock.index_select(0, games)
+        shift = (clock - self._length.index_select(0, games).to(clock.dtype)) & -self._ring_size
+        if frozen is not None:
+            shift.masked_fill_(frozen, 0)
+        self._clock.index_copy_(0, games, clock - shift)
+        at = (self._stamp_at.index_select(0, games).to(torch.int64)[:, None] + self._inside_cells).view(-1)
+        stamps = self._stamp.view(-1)
+        moved = (stamps.index_select(0, at).view(len(games), -1) - shift[:, None]).clamp_(min=0)
+        stamps.index_copy_(0, at, moved.view(-1).to(stamps.dtype))
+
+    def _sweep_rebase(self, frozen: torch.Tensor | None = None) -> None:
+        """Rebase the next ``_sweep_games`` games in turn (a few small operations, no host sync)."""
+        games = (self._sweep * self._sweep_games + self._sweep_range) % self.num_envs
+        self._sweep.add_(1 if frozen is None else ~frozen)
+        self._rebase(games, frozen)
 
     def get_state(self, index: int) -> SnakeState:
         """The state of game ``index`` as a ``SnakeState`` (copies a few numbers to the host)."""
@@ -86,9 +122,10 @@ class VecSnakeState:
         if state.food is None:
             raise ValueError("state.food is None: a won game has ended and cannot be continued")
         length = len(state.body)
+        self._rebase(torch.tensor([index], device=self.device))  # so repeated calls cannot overflow
         clock = int(self._clock[index]) + length  # past every old stamp of this game
         cells = torch.tensor([self._padded(r, c) for r, c in state.body], device=self.device)
-        times = torch.arange(clock, clock - length, -1, device=self.device)
+        times = torch.arange(clock, clock - length, -1, device=self.device, dtype=self._stamp.dtype)
         self._stamp[index].view(-1)[cells] = times
         self._ring[index, times & self._ring_mask] = cells.to(self._small)
         row_free = torch.full((self.height,), self.width, dtype=self._small)
@@ -116,9 +153,19 @@ class VecSnakeState:
         ``state`` is checked first, every game against the rules (a body of adjacent cells on
         the grid whose stamps and ring agree, food on an empty cell, counters in range); a bad
         one raises ``ValueError`` naming the field, the game and the value, and leaves the env
-        as it was.
+        as it was. An int64 state of an older version (wall stamp ``1 << 62``, any clock) is
+        converted: int32 stamps, clocks past ``REBASE_AT`` rebased.
         """
         self._check_state(state)
+        state = dict(state)  # an int64 state (older checkpoints): new wall stamps, far clocks rebased
+        clock, stamp = state["clock"].to("cpu", torch.int64), state["stamp"].to("cpu", torch.int64)
+        far = clock > REBASE_AT
+        shift = torch.where(far, (clock - state["length"].to("cpu", torch.int64)) & -self._ring_size, 0)
+        inside = torch.zeros(stamp[0].numel(), dtype=torch.bool)
+        inside[self._inside_cells.cpu()] = True
+        stamp = stamp.view(self.num_envs, -1)
+        stamp = torch.where(inside, (stamp - shift[:, None]).clamp(min=0), WALL_STAMP)
+        state["stamp"], state["clock"] = stamp.view(self._stamp.shape), clock - shift
         for name in self._STATE:
             getattr(self, f"_{name}").copy_(state[name])
         self._seeded = True
@@ -173,7 +220,8 @@ class VecSnakeState:
         fail("head", ~on_grid(s["head"]), s["head"], "must be a cell of the grid")
         fail("food", ~on_grid(s["food"]), s["food"], "must be a cell of the grid")
         stamp = s["stamp"].view(self.num_envs, -1)
-        fail("stamp", (stamp != WALL_STAMP) & ~inside, stamp, "walls must keep their wall stamp")
+        wall = (stamp == WALL_STAMP) | (stamp == OLD_WALL_STAMP)
+        fail("stamp", ~wall & ~inside, stamp, "walls must keep their wall stamp")
         fail("stamp", inside & ((stamp < 0) | (stamp > clock[:, None])), stamp, "must be in [0, clock] on the grid")
         # The body: the cells the head entered at times clock, clock - 1, ... (length of them).
         k = torch.arange(int(length.max()))
