@@ -265,7 +265,7 @@ def main(argv=None) -> int:
             results[name], errors[name] = None, f"{type(error).__name__}: {error}"
             print(f"{name}: not measured ({errors[name]})")
     print(f"N = {args.num_envs:,} games each, 10 x 10; this machine: {platform.processor() or platform.machine()}, "
-          f"{torch.get_num_threads()} torch threads available (a shared machine: figures are noisy)")
+          f"{torch.get_num_threads()} torch threads available (the IQR column shows each figure's spread)")
     print(table(results, spreads))
     if args.json:
         from rlgpu_helpers.core.device import device_report
