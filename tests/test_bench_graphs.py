@@ -102,7 +102,7 @@ def test_a_compile_without_its_cuda_graphs_is_not_timed_as_graphed(monkeypatch, 
     """Inductor may compile ``reduce-overhead`` without CUDA graphs (a part that mutates its inputs): that part
     would run as compiled, so it is named and left out, not timed under the graphed mode's name."""
     reason = "skipping cudagraphs due to mutated inputs (2 instances)"
-    monkeypatch.setattr(graphs_suite, "compile_step", lambda fn, *args, mode, fullgraph, device: Compiled(
+    monkeypatch.setattr(graphs_suite, "compile_step", lambda fn, *args, mode, fullgraph, device, options: Compiled(
         fn, 1.0, mode, fullgraph, (reason,)))
     with pytest.raises(CudaGraphsSkipped, match=r"^env at N=16: Inductor skipped the CUDA graphs .*mutated inputs"):
         part_call("env", COMPILED, 16, "cpu")

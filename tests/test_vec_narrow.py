@@ -15,7 +15,7 @@ EDGE = 2**31 - 200  # within ~60 steps
 def push_times(env, game: int, to: int):
     """Shift every time of ``game`` up so its clock is ``to``: the same game, far later."""
     shift = to - int(env._clock[game])
-    inside = env._stamp[game, 1 : env.height + 1, : env.width]
+    inside = env._shaped("stamp")[game, 1 : env.height + 1, : env.width]
     inside += shift
     env._clock[game] += shift
     # keep ring slots aligned: only a multiple of the ring's size moves no slot

@@ -14,7 +14,7 @@ from rlgpu_helpers.gpu.sync import audit_syncs
 from rlgpu_helpers.snake import rules
 from rlgpu_helpers.snake.env import SnakeEnv
 from rlgpu_helpers.snake.rules import SnakeState
-from rlgpu_helpers.snake.vec import VecSnake
+from rlgpu_helpers.snake.vec import VecSnake, step_compile_options
 
 
 def random_state(rng: random.Random, height: int, width: int, max_steps: int) -> SnakeState:
@@ -280,7 +280,7 @@ def test_compiled_step_gives_the_same_results_as_the_eager_step(obs_type):
     boolean-mask indexing or nonzero in the step would all break the graph."""
     eager = VecSnake(64, 6, 6, obs_type=obs_type, seed=4, check_action_values=False)
     compiled_env = VecSnake(64, 6, 6, obs_type=obs_type, seed=4, check_action_values=False)
-    compiled_step = torch.compile(compiled_env.step_tensors, fullgraph=True)
+    compiled_step = torch.compile(compiled_env.step_tensors, fullgraph=True, options=step_compile_options("cpu"))
     actions = torch.randint(0, 3, (60, 64), generator=torch.Generator().manual_seed(2))
     saw_done = False
     for a in actions:
@@ -292,6 +292,25 @@ def test_compiled_step_gives_the_same_results_as_the_eager_step(obs_type):
         assert torch.equal(want[4]["episode"]["score"], got[4]["episode"]["score"])
         saw_done |= bool(want[2].any() | want[3].any())
     assert saw_done
+
+
+def test_the_compiled_step_writes_the_state_in_place():
+    """Compiled with ``step_compile_options``, no loop of the step's code runs over a whole state tensor.
+
+    Inductor copies a mutated graph input it cannot write in place (a ``scatter_``, a write through a
+    view, or a ring write moved before the ring's read): a copy is a loop over every element, two of
+    them a step. N = 1,000 makes each state tensor's size a number no other loop has. (Before the
+    state was flat and written by ``index_copy_``, and without the options, this found 2 to 3 each.)
+    """
+    from torch._inductor.utils import run_and_get_code
+
+    env = VecSnake(1000, 10, 10, seed=0, check_action_values=False)
+    sizes = {name: getattr(env, f"_{name}").numel() for name in ("stamp", "ring", "row_free")}
+    assert len(set(sizes.values()) | {env.num_envs, 3 * env.num_envs}) == 5
+    step = torch.compile(env.step_tensors, fullgraph=True, options=step_compile_options("cpu"))
+    _, code = run_and_get_code(step, torch.zeros(1000, dtype=torch.int64))
+    loops = {name: "".join(code).count(f"<static_cast<int64_t>({size}L)") for name, size in sizes.items()}
+    assert loops == {"stamp": 0, "ring": 0, "row_free": 1}  # row_free's one: the restarts' torch.where
 
 
 # ---------------------------------------------------------------- bad input

@@ -45,7 +45,7 @@ from ..measure.records import Record, check_records
 from ..measure.table import Table, format_number
 from ..measure.timing import time_sized
 from ..snake.rules import NUM_ACTIONS
-from ..snake.vec import VecSnake
+from ..snake.vec import VecSnake, step_compile_options
 
 OP_NAME = "graphs_op_time"
 LAUNCH_NAME = "graphs_launches"
@@ -140,7 +140,7 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
     if part == "env":
         env = VecSnake(num_envs, device=device, seed=0, check_action_values=False)
         actions = torch.randint(0, NUM_ACTIONS, (num_envs,), generator=torch.Generator().manual_seed(0)).to(device)
-        fn, args = env.step_tensors, (actions,)
+        fn, args, options = env.step_tensors, (actions,), step_compile_options(device)
     elif part == "acting":
         learner = _learner(num_envs, device, compile=mode != EAGER, cuda_graphs=False)
         obs = learner.next_obs.clone()
@@ -148,16 +148,16 @@ def part_call(part: str, mode: str, num_envs: int, device: str | torch.device | 
         def fn(obs):
             with torch.no_grad():
                 return learner.act(obs)
-        args = (obs,)
+        args, options = (obs,), None
     else:
         learner = _learner(num_envs, device, compile=mode != EAGER, cuda_graphs=False)
         learner.collect()
-        fn, args = learner.minibatch_update, (torch.randperm(num_envs * NUM_STEPS, device=device),)
+        fn, args, options = learner.minibatch_update, (torch.randperm(num_envs * NUM_STEPS, device=device),), None
     if mode == EAGER:
         return (lambda: fn(*args)), None
     if mode in (COMPILED, REDUCE):
         compiled = compile_step(fn, *args, mode="default" if mode == COMPILED else REDUCE,
-                                fullgraph=part != "update", device=device)
+                                fullgraph=part != "update", device=device, options=options)
         if compiled.cuda_graphs_skipped:
             raise CudaGraphsSkipped(f"{part} at N={num_envs:,}: Inductor skipped the CUDA graphs of reduce-overhead "
                                     f"({'; '.join(compiled.cuda_graphs_skipped)}), so it would run as compiled")

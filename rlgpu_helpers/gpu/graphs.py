@@ -95,12 +95,13 @@ def cuda_graph_skips():
 
 
 def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: bool = True,
-                 device: str | torch.device | None = None) -> Compiled:
+                 device: str | torch.device | None = None, options: dict | None = None) -> Compiled:
     """``torch.compile(fn, mode=mode, fullgraph=fullgraph)``, called once on ``example_args`` and timed.
 
     The first call traces and compiles (seconds), and runs ``fn`` once; later calls with inputs of the
     same shapes, dtypes and devices run the compiled code. ``fullgraph=True`` makes a graph break an
-    error instead of a silent split. Without a compiler for ``device``: :class:`CompilerMissingError`.
+    error instead of a silent split. ``options``: Inductor settings added to the mode's (for example
+    ``snake.vec.step_compile_options``). Without a compiler for ``device``: :class:`CompilerMissingError`.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
@@ -110,7 +111,11 @@ def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: 
     why = compiler_missing(device.type)
     if why is not None:
         raise CompilerMissingError(why)
-    compiled = torch.compile(fn, mode=None if mode == "default" else mode, fullgraph=fullgraph)
+    if options:  # torch.compile takes a mode or options, not both: the mode's options, then these
+        settings = torch._inductor.list_mode_options(mode) | dict(options)
+        compiled = torch.compile(fn, options=settings, fullgraph=fullgraph)
+    else:
+        compiled = torch.compile(fn, mode=None if mode == "default" else mode, fullgraph=fullgraph)
     synchronize(device)
     start = time.perf_counter()
     with cuda_graph_skips() as skipped:

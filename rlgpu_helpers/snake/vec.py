@@ -76,6 +76,20 @@ def check_action_tensor(actions, num_envs: int, device: torch.device) -> None:
         raise ValueError(f"actions must be on {device}, got {actions.device}")
 
 
+def step_compile_options(device: str | torch.device) -> dict:
+    """Inductor's options for compiling ``VecSnake.step_tensors`` on ``device`` (``torch.compile(options=...)``).
+
+    ``reorder_for_locality=False`` keeps the ring's tail read before the ring's write, which lets
+    Inductor write the ring in place (moved after it, the write copies the whole ring twice a step).
+    On a CPU, ``cpp.simdlen=1``: the step is scattered loads and stores, which Inductor's vectorized
+    C++ emulates lane by lane, several times slower than its scalar loops (notebook 04 measures it).
+    """
+    options = {"reorder_for_locality": False}
+    if get_device(device, param="device").type == "cpu":
+        options["cpp.simdlen"] = 1
+    return options
+
+
 def bytes_per_game(height: int, width: int, obs_type: str) -> int:
     """About the memory one game of ``VecSnake`` takes: its state, and one step's observations and
     largest temporaries (for an error that says how much ``num_envs`` needs, before allocating)."""
@@ -251,11 +265,10 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
     def step_tensors(self, actions: torch.Tensor, frozen: torch.Tensor | None = None):
         """The step itself: no host synchronization. ``frozen`` (a 0-d bool) stops every game."""
         self._sweep_rebase(frozen)  # keeps int32 times small; changes nothing a rule sees
-        stamps, ring, row_free = self._stamp.view(-1), self._ring.view(-1), self._row_free.view(-1)
         direction = self._turned.index_select(0, self._direction * rules.NUM_ACTIONS + actions)
         new_head = self._head + self._offset.index_select(0, direction)
         ate = new_head == self._food
-        stamp_there = stamps.index_select(0, self._stamp_at + new_head)
+        stamp_there = self._stamp.index_select(0, self._stamp_at + new_head)
         # After the move, body is stamp > clock + 1 - new length: the tail's cell is free unless
         # the snake eats (then the tail stays). Walls are always body.
         dead = stamp_there > self._clock + 1 - (self._length + ate)
@@ -267,7 +280,7 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
         else:
             alive = ~dead
         tail_slot = (self._clock - self._length + 1) & self._ring_mask
-        tail = ring.index_select(0, self._ring_at + tail_slot)
+        tail = self._ring.index_select(0, self._ring_at + tail_slot)
 
         # Move the living; a dead game keeps its state. The new head's stamp and ring slot are
         # written by _restart, together with the start cells of restarting games.
@@ -277,8 +290,8 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
         torch.where(alive, direction, self._direction, out=self._direction)
         # Empty cells per row: the head's row loses one, the row the tail left gains one.
         entered, left = -alive.to(self._small), (alive & ~ate).to(self._small)
-        row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, self._head), entered)
-        row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, tail), left)
+        self._row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, self._head), entered)
+        self._row_free.index_add_(0, self._row_free_at + self._row_of.index_select(0, tail), left)
         self._steps_since_food.add_(alive).masked_fill_(ate, 0)
         self._episode_steps.add_(1 if frozen is None else moves)
 
@@ -341,25 +354,27 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
         self._direction.masked_fill_(done, rules.RIGHT)
         self._steps_since_food.masked_fill_(done, 0)
         self._episode_steps.masked_fill_(done, 0)
-        torch.where(done[:, None], self._start_row_free, self._row_free, out=self._row_free)
+        row_free = self._shaped("row_free")
+        self._row_free.copy_(torch.where(done[:, None], self._start_row_free, row_free).view(-1))
         at = done[:, None]
         cells = torch.where(at, self._start_cells, self._head[:, None])  # (N, 3)
         times = self._clock[:, None] - torch.where(at, self._start_age, 0)
         at = (cells + self._stamp_at[:, None]).view(-1).to(torch.int64)
-        self._stamp.view(-1).scatter_(0, at, times.view(-1).to(torch.int32))
+        self._stamp.index_copy_(0, at, times.view(-1).to(torch.int32))
         slots = (times & self._ring_mask).add_(self._ring_at[:, None])
-        self._ring.view(-1).scatter_(0, slots.view(-1), cells.view(-1))
+        self._ring.index_copy_(0, slots.view(-1), cells.view(-1))
 
     def _place_food(self, need: torch.Tensor, advance: torch.Tensor | None = None):
         """Put food on a uniformly random empty cell of every game flagged in ``need``."""
         # The r-th empty cell, counting row by row, with r uniform in 0..free-1. First its row:
         # the number of rows whose running count of empty cells is <= r.
         r = self._random_below(self._cells - self._length, advance).to(self._small)
-        before = self._row_free.cumsum(1, dtype=self._small)  # empty cells in rows 0..i
+        row_free = self._shaped("row_free")
+        before = row_free.cumsum(1, dtype=self._small)  # empty cells in rows 0..i
         row = (before <= r[:, None]).to(torch.uint8).sum(1, dtype=torch.uint8)  # H <= 64 fits
         row = row.to(self._small).clamp_(max=self.height - 1)  # clamp: games that need no food
         at = self._row_free_at + row
-        k = r - before.view(-1).index_select(0, at) + self._row_free.view(-1).index_select(0, at)
+        k = r - before.view(-1).index_select(0, at) + self._row_free.index_select(0, at)
         # Then the k-th empty cell of that row. Games that need no food read one shared wall
         # row instead of their own (cheap: it stays in cache); their result is discarded.
         which = torch.where(need, self._first_row + 1 + row, 0)

@@ -154,7 +154,7 @@ class VecSnakeObservations:
         """
         head_at = self._stamp_at + self._head  # flat index of each head
         ahead = head_at[:, None] + self._ahead.index_select(0, self._direction)  # (N, 3)
-        stamps = self._stamp.view(-1).index_select(0, ahead.view(-1))
+        stamps = self._stamp.index_select(0, ahead.view(-1))
         danger = stamps.view(-1, 3) > (self._clock - self._length + 1)[:, None]
         return (danger.to(torch.uint8) * self._danger_weights).sum(1, dtype=self._small)
 
@@ -207,7 +207,7 @@ class VecSnakeObservations:
         cols = self._col_of.index_select(0, self._head)[:, None] + self._ego_d_col.index_select(0, self._direction)
         off_board = (rows < 0) | (rows >= H) | (cols < 0) | (cols >= W)  # (N, S * S)
         cells = torch.where(off_board, 0, (rows + 1) * self._pitch + cols).add_(self._stamp_at[:, None])
-        stamps = self._stamp.view(-1).index_select(0, cells.view(-1)).view(N, -1)
+        stamps = self._stamp.index_select(0, cells.view(-1)).view(N, -1)
         obs = torch.empty(N, 3, S * S, dtype=torch.float32, device=self.device)
         # As in _observe_grid: remaining lifetime over length, in int32 then float32, divided.
         life = (stamps - (self._clock - self._length).to(torch.int32)[:, None]).to(torch.float32)

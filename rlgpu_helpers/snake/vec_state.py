@@ -43,10 +43,13 @@ class VecSnakeState:
         i64 = dict(dtype=torch.int64, device=dev)
         i32 = dict(dtype=torch.int32, device=dev)
         small = dict(dtype=self._small, device=dev)
-        self._stamp = torch.full((N, self._rows, self._pitch), WALL_STAMP, **i32)
-        self._stamp[:, 1 : H + 1, : self.width] = 0
-        self._ring = torch.zeros(N, self._ring_size, **small)
-        self._row_free = torch.zeros(N, H, **small)
+        # Flat, and written only by ``index_copy_`` / ``index_add_`` on the tensor itself: then
+        # ``torch.compile`` writes them in place (through a view, or with ``scatter_``, Inductor
+        # copies the whole tensor twice a step). ``_grid_of`` and friends give the shaped views.
+        self._stamp = torch.full((N * self._rows * self._pitch,), WALL_STAMP, **i32)
+        self._stamp.view(N, self._rows, self._pitch)[:, 1 : H + 1, : self.width] = 0
+        self._ring = torch.zeros(N * self._ring_size, **small)
+        self._row_free = torch.zeros(N * H, **small)
         # Offsets of each game's block in the flat views used by index_select / scatter_.
         game = torch.arange(N, **small)
         self._stamp_at = game * (self._rows * self._pitch)
@@ -85,9 +88,8 @@ class VecSnakeState:
             shift.masked_fill_(frozen, 0)
         self._clock.index_copy_(0, games, clock - shift)
         at = (self._stamp_at.index_select(0, games).to(torch.int64)[:, None] + self._inside_cells).view(-1)
-        stamps = self._stamp.view(-1)
-        moved = (stamps.index_select(0, at).view(len(games), -1) - shift[:, None]).clamp_(min=0)
-        stamps.index_copy_(0, at, moved.view(-1).to(stamps.dtype))
+        moved = (self._stamp.index_select(0, at).view(len(games), -1) - shift[:, None]).clamp_(min=0)
+        self._stamp.index_copy_(0, at, moved.view(-1).to(self._stamp.dtype))
 
     def _sweep_rebase(self, frozen: torch.Tensor | None = None) -> None:
         """Rebase the next ``_sweep_games`` games in turn (a few small operations, no host sync)."""
@@ -99,7 +101,7 @@ class VecSnakeState:
         """The state of game ``index`` as a ``SnakeState`` (copies a few numbers to the host)."""
         index = self._check_index(index)
         clock, length = int(self._clock[index]), int(self._length[index])
-        ring = self._ring[index].tolist()
+        ring = self._ring.view(self.num_envs, -1)[index].tolist()
         body = tuple(self._unpadded(ring[(clock - k) & self._ring_mask]) for k in range(length))
         return SnakeState(
             body=body,
@@ -126,12 +128,12 @@ class VecSnakeState:
         clock = int(self._clock[index]) + length  # past every old stamp of this game
         cells = torch.tensor([self._padded(r, c) for r, c in state.body], device=self.device)
         times = torch.arange(clock, clock - length, -1, device=self.device, dtype=self._stamp.dtype)
-        self._stamp[index].view(-1)[cells] = times
-        self._ring[index, times & self._ring_mask] = cells.to(self._small)
+        self._stamp.view(self.num_envs, -1)[index, cells] = times
+        self._ring.view(self.num_envs, -1)[index, times & self._ring_mask] = cells.to(self._small)
         row_free = torch.full((self.height,), self.width, dtype=self._small)
         for r, _ in state.body:
             row_free[r] -= 1
-        self._row_free[index] = row_free.to(self.device)
+        self._row_free.view(self.num_envs, -1)[index] = row_free.to(self.device)
         self._clock[index] = clock
         self._length[index] = length
         self._head[index] = self._padded(*state.body[0])
@@ -143,9 +145,16 @@ class VecSnakeState:
     _STATE = ("stamp", "ring", "row_free", "clock", "length", "head", "direction", "food",
               "steps_since_food", "episode_steps", "counter", "env_keys")
 
+    def _shaped(self, name: str) -> torch.Tensor:
+        """State tensor ``name`` as a view with one row per game (the flat ones reshaped)."""
+        shapes = {"stamp": (self.num_envs, self._rows, self._pitch), "ring": (self.num_envs, self._ring_size),
+                  "row_free": (self.num_envs, self.height)}
+        tensor = getattr(self, f"_{name}")
+        return tensor.view(shapes[name]) if name in shapes else tensor
+
     def state_dict(self) -> dict:
         """Every game's full state and the random stream, for checkpoints (tensors, copied)."""
-        return {name: getattr(self, f"_{name}").clone() for name in self._STATE}
+        return {name: self._shaped(name).clone() for name in self._STATE}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue exactly from ``state_dict()`` of an env with the same settings.
@@ -165,9 +174,9 @@ class VecSnakeState:
         inside[self._inside_cells.cpu()] = True
         stamp = stamp.view(self.num_envs, -1)
         stamp = torch.where(inside, (stamp - shift[:, None]).clamp(min=0), WALL_STAMP)
-        state["stamp"], state["clock"] = stamp.view(self._stamp.shape), clock - shift
+        state["stamp"], state["clock"] = stamp.view(self._shaped("stamp").shape), clock - shift
         for name in self._STATE:
-            getattr(self, f"_{name}").copy_(state[name])
+            self._shaped(name).copy_(state[name])
         self._seeded = True
 
     def _check_state(self, state) -> None:
@@ -178,7 +187,7 @@ class VecSnakeState:
         if missing:
             raise ValueError(f"state is missing {missing}: not a VecSnake state_dict")
         for name in self._STATE:
-            mine, theirs = getattr(self, f"_{name}"), state[name]
+            mine, theirs = self._shaped(name), state[name]
             # Any integer dtype: the values are checked below (older states counted episode steps in int32).
             if (not isinstance(theirs, torch.Tensor) or theirs.shape != mine.shape or theirs.is_floating_point()
                     or theirs.is_complex() or theirs.dtype == torch.bool):
