@@ -45,7 +45,7 @@ class VecSnakeState:
         small = dict(dtype=self._small, device=dev)
         # Flat, and written only by ``index_copy_`` / ``index_add_`` on the tensor itself: then
         # ``torch.compile`` writes them in place (through a view, or with ``scatter_``, Inductor
-        # copies the whole tensor twice a step). ``_grid_of`` and friends give the shaped views.
+        # copies the whole tensor twice a step). ``_shaped(name)`` gives one row per game.
         self._stamp = torch.full((N * self._rows * self._pitch,), WALL_STAMP, **i32)
         self._stamp.view(N, self._rows, self._pitch)[:, 1 : H + 1, : self.width] = 0
         self._ring = torch.zeros(N * self._ring_size, **small)
