@@ -10,12 +10,11 @@ number of tensor operations over the N games that never waits for the device:
 * Randomness is a counter-based hash of (seed, game, step counter) in integer tensor ops: no
   ``torch.Generator`` (which ``torch.compile(fullgraph=True)`` and CUDA graphs cannot take), and the
   same seed gives the same games on every device.
-* Every choice is ``torch.where`` or ``masked_fill_``, every read ``index_select``, every write of
-  the state ``index_copy_`` or ``index_add_`` on the flat tensor itself (what ``torch.compile``
-  writes in place, with ``step_compile_options``), and of a new observation ``scatter_``. A game
-  whose state must not change rewrites its own values, so the order of repeated writes cannot
-  matter. No ``.item()``, no Python ``if`` on a tensor, no boolean-mask indexing: ``step`` never
-  synchronizes with a GPU (the sync audit of ``gpu.sync`` proves it in a test).
+* Every choice is ``torch.where`` or ``masked_fill_``, every read ``index_select``, a write of the
+  state ``index_copy_``/``index_add_`` on the flat tensor itself (compiled, written in place: see
+  ``step_compile_options``). A game whose state must not change rewrites its own values, so the
+  order of repeated writes cannot matter. No ``.item()``, no Python ``if`` on a tensor, no
+  boolean-mask indexing: ``step`` never synchronizes with a GPU (``gpu.sync``'s audit, in a test).
 * Actions are checked on the device (``gpu.sync.DeferredCheck``): a step given an action outside
   0..2 moves no game, and raises as soon as the host sees the note (at once on a CPU, within a step
   or two on a GPU). ``check_action_values=False`` switches it off, and makes ``step`` capturable.
