@@ -355,7 +355,7 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
         self._steps_since_food.masked_fill_(done, 0)
         self._episode_steps.masked_fill_(done, 0)
         row_free = self._shaped("row_free")
-        self._row_free.copy_(torch.where(done[:, None], self._start_row_free, row_free).view(-1))
+        torch.where(done[:, None], self._start_row_free, row_free, out=row_free)
         at = done[:, None]
         cells = torch.where(at, self._start_cells, self._head[:, None])  # (N, 3)
         times = self._clock[:, None] - torch.where(at, self._start_age, 0)

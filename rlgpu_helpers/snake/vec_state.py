@@ -50,7 +50,7 @@ class VecSnakeState:
         self._stamp.view(N, self._rows, self._pitch)[:, 1 : H + 1, : self.width] = 0
         self._ring = torch.zeros(N * self._ring_size, **small)
         self._row_free = torch.zeros(N * H, **small)
-        # Offsets of each game's block in the flat views used by index_select / scatter_.
+        # Offsets of each game's block in the flat tensors (index_select, index_copy_, index_add_).
         game = torch.arange(N, **small)
         self._stamp_at = game * (self._rows * self._pitch)
         self._ring_at = game * self._ring_size
