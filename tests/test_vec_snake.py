@@ -294,23 +294,28 @@ def test_compiled_step_gives_the_same_results_as_the_eager_step(obs_type):
     assert saw_done
 
 
-def test_the_compiled_step_writes_the_state_in_place():
-    """Compiled with ``step_compile_options``, no loop of the step's code runs over a whole state tensor.
+@pytest.mark.parametrize("obs_type", ["features", "grid"])
+def test_the_compiled_step_writes_the_state_in_place(obs_type):
+    """Compiled with ``step_compile_options``, no loop of the step's code runs over a whole state tensor,
+    nor over the whole grid observation after it is built.
 
     Inductor copies a mutated graph input it cannot write in place (a ``scatter_``, a write through a
-    view, or a ring write moved before the ring's read): a copy is a loop over every element, two of
-    them a step. N = 1,000 makes each state tensor's size a number no other loop has. (Before the
-    state was flat and written by ``index_copy_``, and without the options, this found 2 to 3 each.)
+    view, or a ring write moved before the ring's read), and a new tensor written by ``scatter_``: a
+    copy is a flat loop over every element. N = 1,000 makes each size a number no other loop has.
+    (Before the state was flat and written by ``index_copy_``, and without the options, this found
+    2 to 3 loops each; with ``scatter_`` into the grid observation, 5.)
     """
     from torch._inductor.utils import run_and_get_code
 
-    env = VecSnake(1000, 10, 10, seed=0, check_action_values=False)
+    env = VecSnake(1000, 10, 10, obs_type=obs_type, seed=0, check_action_values=False)
     sizes = {name: getattr(env, f"_{name}").numel() for name in ("stamp", "ring", "row_free")}
-    assert len(set(sizes.values()) | {env.num_envs, 3 * env.num_envs}) == 5
+    sizes["observation"] = 1000 * 3 * 10 * 10
+    assert len(set(sizes.values()) | {env.num_envs, 3 * env.num_envs}) == 6
     step = torch.compile(env.step_tensors, fullgraph=True, options=step_compile_options("cpu"))
     _, code = run_and_get_code(step, torch.zeros(1000, dtype=torch.int64))
     loops = {name: "".join(code).count(f"<static_cast<int64_t>({size}L)") for name, size in sizes.items()}
-    assert loops == {"stamp": 0, "ring": 0, "row_free": 1}  # row_free's one: the restarts' torch.where
+    # row_free's one: the restarts' torch.where over every game's rows
+    assert loops == {"stamp": 0, "ring": 0, "row_free": 1, "observation": 0}
 
 
 # ---------------------------------------------------------------- bad input
