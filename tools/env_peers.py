@@ -322,7 +322,7 @@ def main(argv=None) -> int:
             "versions": {p: version(p) for p in ("jax", "jaxlib", "jumanji", "torch", "numpy")}
             | {"pufferlib": f"{PUFFERLIB} (sdist's snake.h)", "python": platform.python_version()},
             "config": {"num_envs": args.num_envs, "board": [BOARD, BOARD], "jumanji_scan": args.scan,
-                       PUFFER_DEFAULT: {k: v for k, v in puffer_settings(args.cache, "default", 0).items()}
+                       PUFFER_DEFAULT: puffer_settings(args.cache, "default", 0)
                        if (args.cache / "snake.ini").exists() else None,
                        PUFFER_BOARD: "one CSnake per game: 12 x 12 map with a 1-cell wall border (vision=1), "
                                      "num_snakes=1, num_food=1, no corpses, max_snake_length=100",

@@ -65,6 +65,15 @@ def flood_fill(reach: torch.Tensor, free: torch.Tensor, rounds: int, pitch: int)
     return reach.clone() if rounds == 0 else reach
 
 
+def _put_food(flat: torch.Tensor, at: torch.Tensor, no_food: torch.Tensor | None) -> None:
+    """Write each game's food cell ``at`` in the flattened observations ``flat``: 1.0, or 0.0 where
+    ``no_food`` (a won game). ``index_fill_`` / ``index_copy_``: compiled, written in place."""
+    if no_food is None:
+        flat.index_fill_(0, at, 1.0)
+    else:
+        flat.index_copy_(0, at, (~no_food).to(flat.dtype))
+
+
 @torch.library.custom_op("rlgpu_helpers::flood_fill", mutates_args=())
 def _opaque_flood_fill(reach: torch.Tensor, free: torch.Tensor, rounds: int, pitch: int) -> torch.Tensor:
     """``flood_fill`` as an operator ``torch.compile`` calls but does not look into (see ``_space_shares``)."""
@@ -191,10 +200,7 @@ class VecSnakeObservations:
         # scatter_ copies the whole observation first), and eagerly they are no slower.
         flat.index_fill_(0, at + head, 1.0)
         flat.index_fill_(0, at + cells + head, 1.0)  # the head's own stamp may not be written yet
-        if no_food is None:
-            flat.index_fill_(0, at + 2 * cells + food, 1.0)
-        else:
-            flat.index_copy_(0, at + 2 * cells + food, (~no_food).to(torch.float32))
+        _put_food(flat, at + 2 * cells + food, no_food)
         return obs
 
     def _observe_ego_grid(self, no_food: torch.Tensor | None = None):
@@ -217,10 +223,7 @@ class VecSnakeObservations:
         obs[:, 0, (S // 2) * S + S // 2] = 1.0  # the head: its stamp may not be written yet in a step
         obs[:, 1] = 0.0
         obs[:, 2] = off_board
-        if no_food is None:  # as in _observe_grid: index_fill_ / index_copy_ are written in place
-            obs.view(-1).index_fill_(0, self._ego_food_at(), 1.0)
-        else:
-            obs.view(-1).index_copy_(0, self._ego_food_at(), (~no_food).to(torch.float32))
+        _put_food(obs.view(-1), self._ego_food_at(), no_food)
         return obs.view(N, 3, S, S)
 
     def _ego_food_at(self) -> torch.Tensor:

@@ -101,7 +101,7 @@ class VecSnakeState:
         """The state of game ``index`` as a ``SnakeState`` (copies a few numbers to the host)."""
         index = self._check_index(index)
         clock, length = int(self._clock[index]), int(self._length[index])
-        ring = self._ring.view(self.num_envs, -1)[index].tolist()
+        ring = self._shaped("ring")[index].tolist()
         body = tuple(self._unpadded(ring[(clock - k) & self._ring_mask]) for k in range(length))
         return SnakeState(
             body=body,
@@ -129,11 +129,11 @@ class VecSnakeState:
         cells = torch.tensor([self._padded(r, c) for r, c in state.body], device=self.device)
         times = torch.arange(clock, clock - length, -1, device=self.device, dtype=self._stamp.dtype)
         self._stamp.view(self.num_envs, -1)[index, cells] = times
-        self._ring.view(self.num_envs, -1)[index, times & self._ring_mask] = cells.to(self._small)
+        self._shaped("ring")[index, times & self._ring_mask] = cells.to(self._small)
         row_free = torch.full((self.height,), self.width, dtype=self._small)
         for r, _ in state.body:
             row_free[r] -= 1
-        self._row_free.view(self.num_envs, -1)[index] = row_free.to(self.device)
+        self._shaped("row_free")[index] = row_free.to(self.device)
         self._clock[index] = clock
         self._length[index] = length
         self._head[index] = self._padded(*state.body[0])
