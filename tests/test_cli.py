@@ -112,7 +112,7 @@ def test_a_cpu_only_suite_measures_the_cpu_of_a_gpu_machine(a_gpu_machine, monke
 
 
 def test_every_suite_names_its_lesson():
-    assert set(SUITES) == {"ceilings", "loop", "envs", "syncs", "launch", "transfers", "replay", "batch_size",
+    assert set(SUITES) == {"ceilings", "loop", "envs", "env_floor", "syncs", "launch", "transfers", "replay", "batch_size",
                            "accumulation", "precision", "graphs", "ddp", "training", "wins", "win_speed", "capstone"}
     assert all(suite.lesson[:2].isdigit() for suite in SUITES.values())
     assert [name for name, suite in SUITES.items() if suite.cpu_only] == ["loop"]

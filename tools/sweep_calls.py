@@ -1,6 +1,7 @@
 """The GPU sweep's calls, in order of value, and their steps: what ``tools/gpu_sweep.py`` runs.
 
-The GPU tests and the tuning of the ``"win"`` preset (``bench win_speed``) first; its time to win
+The GPU tests, the env step against its memory floor (``bench.env_floor``) and the tuning of the
+``"win"`` preset (``bench win_speed``) first; its time to win
 (trained for 3 minutes, then 1,000 games each way) on seed 0, then on seeds 1 and 2 and a held-out
 seed; the launch comparison (the preset's learning a minute each eager, in 16 bits, graphed,
 compiled); then the calls that have never run on a GPU, and last those on file for earlier code.
@@ -68,6 +69,7 @@ class Call:
 
 
 GRAPHS = "rlgpu_helpers.bench.graphs"
+ENV_FLOOR = "rlgpu_helpers.bench.env_floor"
 CHOICE = "capstone: the settings chosen on the GPU"
 WIN_SIZES = {"budget_s": 180.0, "games": 1000}
 """Every time-to-win step's sizes: the GPU target's 3 minutes of training, then 1,000 games each way (its seed is
@@ -97,25 +99,25 @@ def comparison(name: str, estimate_s: int, **launches) -> Step:
 # the eager preset, before compile and CUDA graphs; ddp had not finished its CPU processes in 90 s; the unit
 # tests had done 80% in 257 s on 8 workers), guesses elsewhere: a timed point of a suite takes about 1.5 s, a
 # torch.compile 10 to 60 s (the win preset's rollout, GAE and update took 44 s on a 2-core CPU, cold), a step's
-# process about 5 s to start. The calls go by issue 34's order: the GPU tests and the preset's tuning, the time
-# to win on seed 0, then on seeds 1, 2 and a held-out seed, the launch comparison, the calls that have never
-# run, and last those that have.
+# process about 5 s to start. The calls go by issue 34's order, with issue 38's env step in the first call (which
+# moved the tuning's launch settings after the held-out seed): the GPU tests and the env step, the time to win
+# on seed 0, then on seeds 1, 2 and a held-out seed, the tuning's launch settings, the launch comparison, the
+# calls that have never run, and last those that have.
 CALLS = (
-    Call("the GPU tests; the 'win' preset's tuning: its launch settings", (
+    Call("the GPU tests; the env step against its memory floor; the 'win' preset's tuning: the eager rungs", (
         # 60 tests, one compiling the preset at full size, on 4 workers; then the 3 that need the GPU alone
         Step("GPU tests", 160, tests="tests -m 'gpu and not gpu_alone'", workers=4),
         Step("GPU tests, the GPU alone", 40, tests="tests -m 'gpu and gpu_alone'"),
-        # the old preset, CUDA graphs, the preset (compiled + CUDA graphs): about 10 s of iterations each
-        Step("win speed: the launches", 150, "win_speed", options={"groups": ("launches",)}),
+        # issue 38's targets: features at 4,194,304 games and grid at 1,048,576, eager and compiled (2 compiles),
+        # then 2 x 23 eager steps profiled
+        Step("env step floor", 100, "env_floor"),
+        Step("win speed: eager", 50, "win_speed", options={"groups": ("eager",)}),  # 2 x 2 slow iterations
     )),
     Call("the time to win on seed 0; the preset's tuning: the shapes of the work", (
         time_to_win(0),
         Step("win speed: the shapes", 70, "win_speed", options={"groups": ("shapes",)}),  # 4 captures, no compile
     )),
-    Call("the time to win on seed 1; the preset's tuning: the eager rungs", (
-        time_to_win(1),
-        Step("win speed: eager", 50, "win_speed", options={"groups": ("eager",)}),  # 2 x 2 slow iterations
-    )),
+    Call("the time to win on seed 1", (time_to_win(1),)),
     Call("the time to win on seed 2; batch size", (
         time_to_win(2),
         Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO
@@ -124,6 +126,13 @@ CALLS = (
         time_to_win(HELD_OUT_SEED, " (held out)"),
         Step("launch", 30, "launch"),
         Step("accumulation", 40, "accumulation"),
+    )),
+    Call("the preset's tuning: its launch settings; sync costs, graphs of acting and the update", (
+        # the old preset, CUDA graphs, the preset (compiled + CUDA graphs): about 10 s of iterations each
+        Step("win speed: the launches", 150, "win_speed", options={"groups": ("launches",)}),
+        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
+        Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
+             {"num_envs": (65536,)}),  # 4 compiles
     )),
     Call("the launch comparison: the preset's learning, a minute each eager in fp32, in 16 bits, graphed, compiled", (
         comparison("eager, fp32", 80, precision="fp32", compile=False, cuda_graphs=False),
@@ -143,12 +152,9 @@ CALLS = (
         Step("transfers", 50, "transfers"),
         Step("ceilings", 50, "ceilings"),  # 36 points
     )),
-    Call("replay buffers, ddp, sync costs, graphs of acting and the update", (
+    Call("replay buffers, ddp", (
         Step("replay", 80, "replay"),  # 30 sampling points, DQN with 6 buffers for 4 s each
         Step("ddp", 120, "ddp"),  # 5 torchruns: 1, 2, 4 CPU processes, 1 with every core, 1 on the GPU
-        Step("sync costs", 75, "syncs"),  # 28 points, 28 audits, 10 read costs (each about a second)
-        Step("graphs: acting and the update", 50, "graphs", f"{GRAPHS}:step_records", {"parts": ("acting", "update")},
-             {"num_envs": (65536,)}),  # 4 compiles
     )),
     Call("notebook 11's ablation; the naive loop on the CPU", (
         Step("ablation: lessons 03 04 06", 140, "capstone",

@@ -21,6 +21,7 @@ from .accumulation import measure_accumulation
 from .batch_size import measure_batch_size
 from .ceilings import measure_ceilings
 from .ddp import measure_ddp
+from .env_floor import measure_env_floor
 from .envs import measure_env_throughput
 from .graphs import measure_graphs
 from .launch import measure_launch
@@ -52,6 +53,8 @@ SUITES = {
     "ceilings": Suite(measure_ceilings, "00: matmul FLOP/s and memory GB/s of the device"),
     "loop": Suite(measure_tunings, "02: the naive DQN's loop and its cheap tunings", cpu_only=True),
     "envs": Suite(measure_env_throughput, "03, 04: env steps/s of every way of running Snake"),
+    "env_floor": Suite(measure_env_floor, "04: the env step eager and compiled against its memory floor, "
+                                          "and where an eager step's time goes"),
     "syncs": Suite(measure_sync_costs, "04: what each host-device sync point of a tensor Snake costs"),
     "launch": Suite(measure_launch, "04: the two ceilings of a step: launches and bytes moved"),
     "transfers": Suite(measure_transfers, "05: host-device copies, pageable or pinned, and a side-stream prefetch"),

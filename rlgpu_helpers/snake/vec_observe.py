@@ -65,6 +65,14 @@ def flood_fill(reach: torch.Tensor, free: torch.Tensor, rounds: int, pitch: int)
     return reach.clone() if rounds == 0 else reach
 
 
+def _restarted(final_obs: torch.Tensor, start: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    """``final_obs`` with each game flagged in ``done`` showing ``start`` instead: ``torch.where``
+    written as a ``lerp`` with weights 0 and 1, which returns exactly its start or its end. The same
+    one pass on a GPU; on a CPU vectorized, where ``where`` is not (notebook 04's step: about 3x faster)."""
+    weight = done.to(final_obs.dtype).view(-1, *([1] * (final_obs.dim() - 1)))
+    return torch.lerp(final_obs, start, weight)
+
+
 def _put_food(flat: torch.Tensor, at: torch.Tensor, no_food: torch.Tensor | None) -> None:
     """Write each game's food cell ``at`` in the flattened observations ``flat``: 1.0, or 0.0 where
     ``no_food`` (a won game). ``index_fill_`` / ``index_copy_``: compiled, written in place."""
@@ -242,7 +250,7 @@ class VecSnakeObservations:
         A game that goes on keeps its head and heading, so its window shows what ``final_obs``
         shows but the food; a restarted game shows the start window.
         """
-        obs = torch.where(done[:, None, None, None], self._start_ego, final_obs)
+        obs = _restarted(final_obs, self._start_ego, done)
         flat = obs.view(-1)
         flat.index_fill_(0, old_food, 0.0)
         flat.index_fill_(0, self._ego_food_at(), 1.0)
@@ -260,7 +268,7 @@ class VecSnakeObservations:
         stamp, written since, gives the 1.0 ``final_obs`` already shows); a restarted game has
         the start grid. Only the food moves: cleared where it was, set where it is now.
         """
-        obs = torch.where(done[:, None, None, None], self._start_grid, final_obs)
+        obs = _restarted(final_obs, self._start_grid, done)
         flat = obs.view(-1)
         flat.index_fill_(0, old_food, 0.0)
         flat.index_fill_(0, self._grid_food_at(), 1.0)

@@ -1,0 +1,212 @@
+"""How near ``VecSnake``'s step comes to its memory floor, eager and compiled (notebook 04, section 5).
+
+A step must move ``snake.step_bytes`` bytes a game, so the device's bandwidth bounds it at
+``bandwidth / bytes`` env steps/s: the floor. :func:`floor_throughput` times the step eager and
+compiled (``torch.compile`` with ``snake.vec.step_compile_options``), features and grid, at the
+sizes the course's GPU targets name, and sets each figure against the floor (records
+``"env_step"``, compiled variants ending ", compiled", and ``"env_step_floor"``).
+:func:`step_op_shares` says where an eager step's time goes: each operator's share of the device's
+time (the GPU's kernels, or the CPU's), records ``"env_step_ops"``. :func:`measure_env_floor`, the
+``env_floor`` bench suite, runs both; the GPU sweep runs it in its first call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity
+
+from ..core import compat
+from ..core.checks import check_choices, check_int, check_ints
+from ..core.config import pick
+from ..core.device import get_device, machine_of, synchronize
+from ..gpu.graphs import compile_step
+from ..gpu.launches import quiet_profiler
+from ..measure.records import Record
+from ..measure.table import Table, format_number
+from ..snake.rules import NUM_ACTIONS
+from ..snake.vec import VecSnake, step_compile_options
+from .envs import FLOOR_METRIC, FLOOR_NAME, NAME, SEED, VARIANTS, cycling_steps, device_type, floor_records, run_jobs
+
+OBS_TYPES = ("features", "grid")
+MODES = ("eager", "compiled")
+COMPILED_SUFFIX = ", compiled"
+OPS_NAME = "env_step_ops"
+COMPILE_NAME = "env_step_compile"
+ACTION_SETS = 4
+
+
+def default_floor_num_envs(obs_type: str, device: str | torch.device | None = None) -> int:
+    """N for ``obs_type`` on ``device``: the GPU targets' 4,194,304 features and 1,048,576 grid games;
+    on a CPU 65,536 and 16,384; 256 in quick mode. ``device`` need not be here: sizes depend on its kind."""
+    on_gpu = device_type(device) != "cpu"
+    full = {"features": 4_194_304, "grid": 1_048_576} if on_gpu else {"features": 65_536, "grid": 16_384}
+    return pick(full=full[obs_type], quick=256)
+
+
+def _actions(num_envs: int, device: torch.device) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(SEED)
+    return [torch.randint(0, NUM_ACTIONS, (num_envs,), generator=generator).to(device) for _ in range(ACTION_SETS)]
+
+
+def _vec_env(num_envs: int, obs_type: str, device: torch.device) -> VecSnake:
+    return VecSnake(num_envs, obs_type=obs_type, device=device, seed=SEED, check_action_values=False)
+
+
+def _eager_job(num_envs: int, obs_type: str, device: torch.device):
+    env = _vec_env(num_envs, obs_type, device)
+    return cycling_steps(env, _actions(num_envs, device)), num_envs, env.close
+
+
+def _compiled_job(num_envs: int, obs_type: str, device: torch.device, compile_seconds: dict):
+    """Make (step, steps per call, close) of the compiled step; its compile's seconds go to ``compile_seconds``."""
+    env = _vec_env(num_envs, obs_type, device)
+    actions = _actions(num_envs, device)
+    compiled = compile_step(env.step_tensors, actions[0], device=device, options=step_compile_options(device))
+    compile_seconds[(obs_type, num_envs)] = compiled.compile_seconds
+    state = {"i": 0}
+
+    def step():
+        state["i"] += 1
+        compiled.fn(actions[state["i"] % ACTION_SETS])
+
+    def close():
+        torch._dynamo.reset()  # the next env's step compiles afresh, not against these guards
+
+    return step, num_envs, close
+
+
+def floor_throughput(device: str | torch.device | None = None, *, obs_types=OBS_TYPES, modes=MODES,
+                     num_envs=None, progress: bool = True) -> list[Record]:
+    """``VecSnake``'s steps/s in each mode and obs type, and each figure's fraction of its floor.
+
+    ``num_envs``: one N for every obs type, default :func:`default_floor_num_envs` for each.
+    Records: ``"env_step"`` (compiled variants end ", compiled"), each compile's seconds
+    (``"env_step_compile"``), and ``bench.envs.floor_records`` of them all. An N that does not fit
+    leaves no record (the reason is printed); a compile without a compiler raises its clear error.
+    """
+    device = get_device(device)
+    obs_types = check_choices("obs_types", obs_types, OBS_TYPES)
+    modes = check_choices("modes", modes, MODES)
+    sizes = ({obs: default_floor_num_envs(obs, device) for obs in obs_types} if num_envs is None
+             else dict.fromkeys(obs_types, check_int("num_envs", num_envs)))
+    compile_seconds: dict = {}
+    jobs = []
+    for obs in obs_types:
+        n = sizes[obs]
+        params = {"num_envs": n, "obs_type": obs, "device": device.type}
+        if "eager" in modes:
+            jobs.append((VARIANTS[obs], dict(params),
+                         lambda n=n, obs=obs: _eager_job(n, obs, device), device))
+        if "compiled" in modes:
+            jobs.append((VARIANTS[obs] + COMPILED_SUFFIX, dict(params),
+                         lambda n=n, obs=obs: _compiled_job(n, obs, device, compile_seconds), device))
+    machine = machine_of(device)
+    records = run_jobs(jobs, NAME, machine, progress, "env step floor")
+    records += [Record(COMPILE_NAME, VARIANTS[obs] + COMPILED_SUFFIX, "compile time", seconds, "s",
+                       {"num_envs": n, "obs_type": obs, "device": device.type}, None, machine)
+                for (obs, n), seconds in compile_seconds.items()]
+    return records + floor_records(records, device)
+
+
+def step_op_shares(device: str | torch.device | None = None, *, obs_types=OBS_TYPES, num_envs=None,
+                   steps: int | None = None, limit: int = 12) -> list[Record]:
+    """Where an eager step's time goes: the ``limit`` operators with the most device time (the GPU's
+    kernels, attributed to the operator that launched them; on a CPU its own time), by shape.
+
+    ``steps`` eager steps (default 20; 3 in quick mode) are profiled after 3 unprofiled ones. Records
+    ``"env_step_ops"``: per operator and shapes its ``"share of step time"`` (%, params: obs type, N,
+    calls per step), and per obs type the ``"time per step"`` (µs) those shares divide.
+    """
+    device = get_device(device)
+    obs_types = check_choices("obs_types", obs_types, OBS_TYPES)
+    steps = check_int("steps", pick(full=20, quick=3) if steps is None else steps)
+    limit = check_int("limit", limit)
+    sizes = (check_ints("num_envs", num_envs) if num_envs is not None
+             else tuple(default_floor_num_envs(obs, device) for obs in obs_types))
+    if len(sizes) != len(obs_types):
+        raise ValueError(f"num_envs={num_envs!r} must give one N per obs type ({len(obs_types)})")
+    machine, records = machine_of(device), []
+    for obs_type, n in zip(obs_types, sizes):
+        shares, per_step_us = _profile_steps(n, obs_type, device, steps)
+        params = {"num_envs": n, "obs_type": obs_type, "device": device.type}
+        records.append(Record(OPS_NAME, VARIANTS[obs_type], "time per step", per_step_us, "µs", dict(params),
+                              None, machine))
+        for (op, shapes), (share, calls) in sorted(shares.items(), key=lambda kv: -kv[1][0])[:limit]:
+            records.append(Record(OPS_NAME, f"{op} {shapes}", "share of step time", share, "%",
+                                  {**params, "calls per step": calls}, None, machine))
+    return records
+
+
+def _profile_steps(num_envs: int, obs_type: str, device: torch.device, steps: int):
+    """``({(operator, shapes): (share %, calls per step)}, device µs per step)`` of ``steps`` eager steps."""
+    env = _vec_env(num_envs, obs_type, device)
+    step = cycling_steps(env, _actions(num_envs, device))
+    for _ in range(3):
+        step()
+    synchronize(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with quiet_profiler(), compat.profile(activities=activities, record_shapes=True) as prof:
+        for _ in range(steps):
+            step()
+        synchronize(device)
+    on_device = device.type == "cuda"
+    # Host-side operators only: on a GPU each one's self device time is the kernels it launched itself.
+    ops = [a for a in prof.key_averages(group_by_input_shape=True)
+           if a.device_type == DeviceType.CPU and a.key.startswith("aten::")]
+    time_of = (lambda a: a.self_device_time_total) if on_device else (lambda a: a.self_cpu_time_total)
+    total = sum(time_of(a) for a in ops)
+    if total <= 0:
+        raise RuntimeError(f"the profiler recorded no {'GPU' if on_device else 'CPU'} time for the step")
+    shares: dict = {}
+    for a in ops:
+        key = (a.key, _shapes(a.input_shapes))
+        share, calls = shares.get(key, (0.0, 0.0))
+        shares[key] = (share + 100 * time_of(a) / total, calls + a.count / steps)
+    env.close()
+    return shares, total / steps
+
+
+def _shapes(input_shapes) -> str:
+    """``[[8650752], [], [196608]]`` as ``8650752, 196608``: the tensors' shapes, scalars left out."""
+    return ", ".join("x".join(map(str, shape)) for shape in (input_shapes or []) if shape and
+                     all(isinstance(size, int) for size in shape)) or "-"
+
+
+def floor_table(records) -> Table:
+    """Each ``VecSnake`` figure of :func:`floor_throughput`'s records beside its floor: per machine,
+    observation, mode and N, the env steps/s, the floor (``bandwidth / bytes``) and the fraction."""
+    fractions = {(r.machine, r.variant, r.params.get("num_envs")): r.value for r in records
+                 if r.name == FLOOR_NAME and r.metric == FLOOR_METRIC}
+    rows = []
+    for r in records:
+        fraction = fractions.get((r.machine, r.variant, r.params.get("num_envs")))
+        if r.name != NAME or fraction is None:
+            continue
+        mode = "compiled" if r.variant.endswith(COMPILED_SUFFIX) else "eager"
+        rows.append([r.machine, r.params["obs_type"], mode, f"{r.params['num_envs']:,}", format_number(r.value),
+                     format_number(r.value / fraction), f"{fraction:.1%}"])
+    return Table(["machine", "observation", "step", "games (N)", "env steps/s", "floor (env steps/s)", "of the floor"],
+                 rows, [False, False, False, True, True, True, True])
+
+
+def op_share_table(records, limit: int = 8) -> Table:
+    """The ``limit`` largest operator shares of each eager step in :func:`step_op_shares`' records."""
+    limit = check_int("limit", limit)
+    rows, counted = [], {}
+    for r in records:
+        if r.name != OPS_NAME or r.metric != "share of step time":
+            continue
+        key = (r.machine, r.params["obs_type"])
+        counted[key] = counted.get(key, 0) + 1
+        if counted[key] <= limit:
+            rows.append([r.machine, r.params["obs_type"], f"{r.params['num_envs']:,}", r.variant,
+                         f"{r.params['calls per step']:g}", f"{r.value:.1f}"])
+    return Table(["machine", "observation", "games (N)", "operator and its tensors' shapes", "calls per step",
+                  "share of the step's time (%)"], rows, [False, False, True, False, True, True])
+
+
+def measure_env_floor(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
+    """The ``env_floor`` bench suite: :func:`floor_throughput`, then :func:`step_op_shares`, at the
+    default sizes (on a GPU the targets' 4,194,304 features and 1,048,576 grid games)."""
+    return floor_throughput(device, progress=progress) + step_op_shares(device)

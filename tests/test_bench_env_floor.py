@@ -1,0 +1,75 @@
+"""The env step against its memory floor: eager and compiled figures, their floor fractions, and the
+profile of where an eager step's time goes (``bench.env_floor``, the GPU sweep's first call)."""
+
+import pytest
+
+from rlgpu_helpers.bench import env_floor
+from rlgpu_helpers.bench.envs import FLOOR_NAME, NAME
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch):
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+
+
+def test_the_targets_sizes_on_a_gpu_and_smaller_ones_on_a_cpu(monkeypatch):
+    monkeypatch.delenv("RLGPU_QUICK")
+    assert env_floor.default_floor_num_envs("features", "cpu") == 65_536
+    assert env_floor.default_floor_num_envs("grid", "cpu") == 16_384
+    assert env_floor.default_floor_num_envs("features", "cuda") == 4_194_304  # with or without a GPU here
+    assert env_floor.default_floor_num_envs("grid", "cuda") == 1_048_576
+
+
+def test_eager_and_compiled_steps_each_get_a_figure_and_its_fraction_of_the_floor():
+    records = env_floor.floor_throughput("cpu", obs_types=("features",), num_envs=64, progress=False)
+    steps = {r.variant: r for r in records if r.name == NAME}
+    assert set(steps) == {"VecSnake features", "VecSnake features, compiled"}
+    assert all(r.value > 0 and r.params == {"num_envs": 64, "obs_type": "features", "device": "cpu"}
+               for r in steps.values())
+    (compile_time,) = [r for r in records if r.name == env_floor.COMPILE_NAME]
+    assert compile_time.variant == "VecSnake features, compiled" and compile_time.value > 0
+    floor = [r for r in records if r.name == FLOOR_NAME]
+    bandwidth = next(r.value for r in floor if r.metric == "bandwidth")
+    touched = next(r.value for r in floor if r.metric == "bytes touched")
+    fractions = {r.variant: r.value for r in floor if r.metric == "floor fraction"}
+    for variant, step in steps.items():  # steps/s over bandwidth / bytes, for both modes
+        assert fractions[variant] == pytest.approx(step.value * touched / (bandwidth * 1e9))
+
+
+def test_the_profile_shares_the_steps_time_among_its_operators():
+    records = env_floor.step_op_shares("cpu", obs_types=("features", "grid"), num_envs=(64, 32), limit=5)
+    for obs_type, n in (("features", 64), ("grid", 32)):
+        mine = [r for r in records if r.params["obs_type"] == obs_type]
+        assert all(r.name == env_floor.OPS_NAME and r.params["num_envs"] == n for r in mine)
+        (per_step,) = [r for r in mine if r.metric == "time per step"]
+        assert per_step.value > 0 and per_step.unit == "µs"
+        shares = [r for r in mine if r.metric == "share of step time"]
+        assert len(shares) == 5 and all(r.variant.startswith("aten::") for r in shares)
+        values = [r.value for r in shares]
+        assert values == sorted(values, reverse=True) and 0 < sum(values) <= 100 + 1e-9
+        assert all(r.params["calls per step"] > 0 for r in shares)
+    # the features step gathers from its stamps: a 1-D index_select over the (N x cells) stamps is among its operators
+    everything = env_floor.step_op_shares("cpu", obs_types=("features",), num_envs=(64,), limit=1000)
+    assert any(r.variant.startswith("aten::index_select 8448,") for r in everything)  # 64 games x 12 x 11 cells
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="obs_types"):
+        env_floor.floor_throughput("cpu", obs_types=("ego_grid",), progress=False)
+    with pytest.raises(ValueError, match="modes"):
+        env_floor.floor_throughput("cpu", modes=("fused",), progress=False)
+    with pytest.raises(ValueError, match="num_envs"):
+        env_floor.step_op_shares("cpu", obs_types=("features", "grid"), num_envs=(64,))
+
+
+def test_the_tables_set_each_figure_beside_its_floor_and_list_the_largest_shares():
+    records = env_floor.floor_throughput("cpu", obs_types=("grid",), modes=("eager",), num_envs=32, progress=False)
+    table = env_floor.floor_table(records)
+    (row,) = table.rows
+    fraction = next(r.value for r in records if r.metric == "floor fraction")
+    assert row[1:4] == ["grid", "eager", "32"] and row[-1] == f"{fraction:.1%}"
+    shares = env_floor.step_op_shares("cpu", obs_types=("features",), num_envs=(32,), limit=6)
+    rows = env_floor.op_share_table(shares, limit=4).rows
+    assert len(rows) == 4 and [row[3] for row in rows] == [r.variant for r in shares[1:5]]
+    with pytest.raises(ValueError, match="limit"):
+        env_floor.op_share_table(shares, limit=0)
