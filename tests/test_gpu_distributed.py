@@ -226,6 +226,34 @@ def test_a_missing_rank_fails_after_the_timeout_instead_of_hanging():
     assert done.returncode != 0 and "did not meet at 127.0.0.1" in done.stderr
 
 
+LEAVE = """import sys, time
+import torch
+from rlgpu_helpers.gpu.distributed import process_group, world_from_env
+
+world = world_from_env()
+with process_group(world, "gloo", torch.device("cpu"), timeout_s=60):
+    if world.rank == 1:
+        time.sleep(2.0)  # still working while rank 0 is done
+    done = time.time()
+print(done, time.time())
+"""
+
+
+def test_a_block_that_ends_well_ends_at_a_barrier():
+    """No rank leaves (rank 0 would take the group's store with it) while another is still in its block."""
+    port = free_port()
+    processes = [subprocess.Popen([sys.executable, "-c", LEAVE], env=rank_env(rank, 2, port), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    times = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        times.append([float(value) for value in out.split()])
+    (done_0, left_0), (done_1, _) = times
+    assert done_1 - done_0 > 1.5  # rank 1 was still working ...
+    assert left_0 >= done_1  # ... and rank 0 left only after it was done
+
+
 def test_ranks_started_with_different_settings_fail_on_every_rank():
     port = free_port()
     processes = [subprocess.Popen([sys.executable, *COMMAND, "measure", "--device", "cpu", "--timeout", "20",

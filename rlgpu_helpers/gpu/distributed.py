@@ -132,7 +132,10 @@ def process_group(world: World, backend: str, device: torch.device, timeout_s: f
     """Join the process group for the ``with`` block, and leave it after, even on an error.
 
     Every collective, and joining itself, fails after ``timeout_s`` seconds instead of waiting
-    forever for a rank that never comes (or called a different collective).
+    forever for a rank that never comes (or called a different collective). A block that ends
+    well ends at a barrier: no rank destroys the group (rank 0 hosts its store) while another still
+    uses it, and gloo's threads have released the last collectives' tensors, which they do under
+    the GIL (torch 2.6 deadlocked, destroying a group just after an all-reduce: see ``_check_rank``).
     """
     timeout_s = check_number("timeout_s", timeout_s, above=0)
     check_backend(backend, device)
@@ -146,6 +149,7 @@ def process_group(world: World, backend: str, device: torch.device, timeout_s: f
                            f"{world.master_addr}:{world.master_port} within {timeout_s:g} s ({error})") from error
     try:
         yield
+        dist.barrier()  # not after an error: the other ranks may be gone
     finally:
         gc.collect()  # free DDP's reducers (in reference cycles) while their group still exists
         dist.destroy_process_group()
