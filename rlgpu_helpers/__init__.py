@@ -27,7 +27,8 @@ Where each lesson's helpers live:
                                   snake.vec_observe, bench.envs, bench.env_records,
                                   bench.fps_claims
 04    gpu_vectorized_env          snake.vec, snake.naive_tensor, snake.step_bytes, gpu.sync,
-                                  gpu.launches, bench.syncs, bench.launch, bench.envs (floor)
+                                  gpu.launches, bench.syncs, bench.launch, bench.envs (floor),
+                                  bench.env_floor
 05    transfers_and_replay        gpu.transfer, bench.transfers, replay (the registry),
                                   replay.base, replay.naive, replay.tensor, replay.pinned,
                                   replay.memmap, replay.prioritized, bench.replay,

@@ -3,6 +3,7 @@ scaling table against 1 process, and the multi-GPU claims judged only on GPU rec
 
 import pytest
 
+from rlgpu_helpers.bench import ddp
 from rlgpu_helpers.bench.ddp import (
     NAME,
     against_one_thread,
@@ -75,3 +76,28 @@ def test_against_one_thread_sets_every_cpu_point_beside_one_single_thread_proces
                      "cpu, 2 threads per process, 1 process: 130 env steps/s, 1.30x one single-thread process"]
     with pytest.raises(ValueError, match="no 'env steps/s' of one single-thread CPU process"):
         against_one_thread(record(2, 150.0, 12.0))
+
+
+def test_the_suite_hands_each_torchruns_records_over_as_it_ends(monkeypatch):
+    """A run cut off (the GPU sweep's limit) keeps the records of the torchruns that ended before it."""
+    monkeypatch.delenv("RLGPU_QUICK", raising=False)
+    runs, cut_at = [], [None]
+
+    def fake_torchrun(where, processes, *, threads=1, **sizes):
+        runs.append((str(where), processes, threads, sizes["num_envs"]))
+        if len(runs) == cut_at[0]:
+            raise RuntimeError("cut off")
+        return record(processes[0], 100.0 * len(runs), 10.0)
+
+    monkeypatch.setattr(ddp, "measure_processes", fake_torchrun)
+    monkeypatch.setattr(ddp, "logical_cores", lambda: 8)
+    saved = []
+    records = ddp.measure_ddp("cpu", progress=False, save=saved.append)
+    assert runs == [("cpu", (1,), 1, 256), ("cpu", (2,), 1, 256), ("cpu", (4,), 1, 256), ("cpu", (1,), 8, 256)]
+    assert len(saved) == 4 and records == [r for made in saved for r in made]
+    runs.clear()
+    saved.clear()
+    cut_at[0] = 3
+    with pytest.raises(RuntimeError, match="cut off"):
+        ddp.measure_ddp("cpu", progress=False, save=saved.append)
+    assert saved == [record(1, 100.0, 10.0), record(2, 200.0, 10.0)]  # the two before the cut

@@ -8,6 +8,7 @@ The harness they build on (timing, records, tables, plots, claims) is ``measure`
 - ``envs``: env steps/s of every way of running Snake games (03);
 - ``env_records``: reading env steps/s: the fastest N, each curve in a line, a step's time (03, 04);
 - ``fps_claims``: the guide's FPS table against env steps/s (03, 04);
+- ``env_floor``: the env step eager and compiled against its memory floor, where its time goes (04);
 - ``syncs``: time per step against N on a GPU, and the cost of each sync point (04);
 - ``launch``: the two ceilings of an env's step: launches x their latency, bytes / bandwidth (04);
 - ``transfers``: host-device copies, pageable or pinned, blocking or not, by size (05);

@@ -18,7 +18,7 @@ Records: name ``"ddp"``, variant ``"<device>, <T> thread(s) per process"``, metr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -67,17 +67,27 @@ def measure_processes(device, processes=(1, 2), *, threads: int = 1, num_envs: i
     return records
 
 
-def measure_ddp(device=None, progress: bool = True) -> list[Record]:
-    """The ``ddp`` suite (see the module docstring); about 1 minute on a 2-core CPU at full size."""
+def measure_ddp(device=None, progress: bool = True, save: Callable[[list[Record]], object] | None = None
+                ) -> list[Record]:
+    """The ``ddp`` suite (see the module docstring); about 1 minute on a 2-core CPU at full size.
+
+    ``save``: called with each torchrun's records as soon as it ends, so that a run cut off keeps
+    those of the torchruns before (the GPU sweep passes it).
+    """
     device = get_device(device, param="device")
     size = {"num_envs": pick(full=256, quick=32), "num_steps": pick(full=32, quick=8), "repeats": pick(full=5, quick=2)}
-    records = measure_processes("cpu", pick(full=(1, 2, 4), quick=(1, 2)), progress=progress, **size)
+    runs = [("cpu", count, 1, size) for count in pick(full=(1, 2, 4), quick=(1, 2))]
     cores = logical_cores() or 1
     if cores > 1:
-        records += measure_processes("cpu", (1,), threads=cores, **size)
+        runs.append(("cpu", 1, cores, size))
     if device.type == "cuda":
-        records += measure_processes(device, (1,), num_envs=pick(full=8192, quick=256),
-                                     num_steps=size["num_steps"], repeats=size["repeats"])
+        runs.append((device, 1, 1, {**size, "num_envs": pick(full=8192, quick=256)}))
+    records = []
+    for where, count, threads, sizes in tqdm(runs, desc="ddp", disable=not progress):
+        made = measure_processes(where, (count,), threads=threads, **sizes)
+        records += made
+        if save is not None:
+            save(made)
     return records
 
 
