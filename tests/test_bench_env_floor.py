@@ -73,3 +73,23 @@ def test_the_tables_set_each_figure_beside_its_floor_and_list_the_largest_shares
     assert len(rows) == 4 and [row[3] for row in rows] == [r.variant for r in shares[1:5]]
     with pytest.raises(ValueError, match="limit"):
         env_floor.op_share_table(shares, limit=0)
+
+
+def test_the_suite_hands_the_figures_over_before_the_profile(monkeypatch):
+    """A profile that fails (no CUPTI on a GPU machine, say) leaves the floor's figures saved."""
+    def no_profiler(*args, **kwargs):
+        raise RuntimeError("the profiler recorded no GPU time for the step")
+
+    monkeypatch.setattr(env_floor, "step_op_shares", no_profiler)
+    saved = []
+    with pytest.raises(RuntimeError, match="profiler"):
+        env_floor.measure_env_floor("cpu", progress=False, save=saved.append)
+    (figures,) = saved
+    assert {r.variant for r in figures if r.name == NAME} == {
+        "VecSnake features", "VecSnake features, compiled", "VecSnake grid", "VecSnake grid, compiled"}
+    monkeypatch.undo()
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+    saved.clear()
+    records = env_floor.measure_env_floor("cpu", progress=False, save=saved.append)
+    assert len(saved) == 2 and records == saved[0] + saved[1]
+    assert {r.name for r in saved[1]} == {env_floor.OPS_NAME}

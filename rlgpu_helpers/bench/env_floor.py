@@ -12,6 +12,8 @@ time (the GPU's kernels, or the CPU's), records ``"env_step_ops"``. :func:`measu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity
@@ -71,6 +73,7 @@ def _compiled_job(num_envs: int, obs_type: str, device: torch.device, compile_se
         compiled.fn(actions[state["i"] % ACTION_SETS])
 
     def close():
+        env.close()
         torch._dynamo.reset()  # the next env's step compiles afresh, not against these guards
 
     return step, num_envs, close
@@ -206,7 +209,16 @@ def op_share_table(records, limit: int = 8) -> Table:
                   "share of the step's time (%)"], rows, [False, False, True, False, True, True])
 
 
-def measure_env_floor(device: str | torch.device | None = None, progress: bool = True) -> list[Record]:
+def measure_env_floor(device: str | torch.device | None = None, progress: bool = True,
+                      save: Callable[[list[Record]], object] | None = None) -> list[Record]:
     """The ``env_floor`` bench suite: :func:`floor_throughput`, then :func:`step_op_shares`, at the
-    default sizes (on a GPU the targets' 4,194,304 features and 1,048,576 grid games)."""
-    return floor_throughput(device, progress=progress) + step_op_shares(device)
+    default sizes (on a GPU the targets' 4,194,304 features and 1,048,576 grid games). ``save``: called
+    with each part's records as soon as it ends (the GPU sweep: a profile that fails keeps the figures)."""
+    parts = (lambda: floor_throughput(device, progress=progress), lambda: step_op_shares(device))
+    records = []
+    for part in parts:
+        made = part()
+        records += made
+        if save is not None:
+            save(made)
+    return records
