@@ -129,4 +129,6 @@ def test_busy_wait_spends_cpu_time_and_changes_nothing_else():
         np.testing.assert_array_equal(step[0], plain_step[0])
         assert step[1:] == plain_step[1:]
     assert time.perf_counter() - wall_start >= 3 * cost
-    assert time.process_time() - cpu_start >= 0.5 * 3 * cost  # burnt, not slept
+    # Burnt, not slept: a sleep takes well under a millisecond of CPU time. The wait spins on the wall clock,
+    # so on a busy machine the process gets only its share of the 3 * cost (a third of it, once, under CI's load).
+    assert time.process_time() - cpu_start >= 0.5 * cost
