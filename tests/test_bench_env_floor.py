@@ -41,7 +41,7 @@ def test_the_profile_shares_the_steps_time_among_its_operators():
     for obs_type, n in (("features", 64), ("grid", 32)):
         mine = [r for r in records if r.params["obs_type"] == obs_type]
         assert all(r.name == env_floor.OPS_NAME and r.params["num_envs"] == n for r in mine)
-        (per_step,) = [r for r in mine if r.metric == "time per step"]
+        (per_step,) = [r for r in mine if r.metric == "profiled time per step"]
         assert per_step.value > 0 and per_step.unit == "µs"
         shares = [r for r in mine if r.metric == "share of step time"]
         assert len(shares) == 5 and all(r.variant.startswith("aten::") for r in shares)

@@ -119,7 +119,8 @@ def step_op_shares(device: str | torch.device | None = None, *, obs_types=OBS_TY
 
     ``steps`` eager steps (default 20; 3 in quick mode) are profiled after 3 unprofiled ones. Records
     ``"env_step_ops"``: per operator and shapes its ``"share of step time"`` (%, params: obs type, N,
-    calls per step), and per obs type the ``"time per step"`` (µs) those shares divide.
+    calls per step), and per obs type the ``"profiled time per step"`` (µs) those shares divide (on a
+    CPU the profiler's own cost included: time the step with :func:`floor_throughput`).
     """
     device = get_device(device)
     obs_types = check_choices("obs_types", obs_types, OBS_TYPES)
@@ -133,8 +134,8 @@ def step_op_shares(device: str | torch.device | None = None, *, obs_types=OBS_TY
     for obs_type, n in zip(obs_types, sizes):
         shares, per_step_us = _profile_steps(n, obs_type, device, steps)
         params = {"num_envs": n, "obs_type": obs_type, "device": device.type}
-        records.append(Record(OPS_NAME, VARIANTS[obs_type], "time per step", per_step_us, "µs", dict(params),
-                              None, machine))
+        records.append(Record(OPS_NAME, VARIANTS[obs_type], "profiled time per step", per_step_us, "µs",
+                              dict(params), None, machine))
         for (op, shapes), (share, calls) in sorted(shares.items(), key=lambda kv: -kv[1][0])[:limit]:
             records.append(Record(OPS_NAME, f"{op} {shapes}", "share of step time", share, "%",
                                   {**params, "calls per step": calls}, None, machine))
