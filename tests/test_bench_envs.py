@@ -394,14 +394,14 @@ def test_on_a_gpu_full_size_reaches_2_to_the_24_and_quick_mode_stays_small(monke
 
 
 def test_an_n_that_does_not_fit_is_skipped_with_every_larger_one(monkeypatch, capsys):
-    real = env_bench._vec_snake
+    real = env_bench.vec_snake_job
 
     def small_memory(num_envs, obs_type, device):
         if num_envs >= 8 and obs_type == "grid":
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
         return real(num_envs, obs_type, device)
 
-    monkeypatch.setattr(env_bench, "_vec_snake", small_memory)
+    monkeypatch.setattr(env_bench, "vec_snake_job", small_memory)
     records = vec_snake_throughput("cpu", num_envs=(2, 8, 32), progress=False)
     assert [(r.variant, r.params["num_envs"]) for r in records] == [
         ("VecSnake features", 2), ("VecSnake features", 8), ("VecSnake features", 32), ("VecSnake grid", 2)]

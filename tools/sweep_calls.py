@@ -69,7 +69,6 @@ class Call:
 
 
 GRAPHS = "rlgpu_helpers.bench.graphs"
-ENV_FLOOR = "rlgpu_helpers.bench.env_floor"
 CHOICE = "capstone: the settings chosen on the GPU"
 WIN_SIZES = {"budget_s": 180.0, "games": 1000}
 """Every time-to-win step's sizes: the GPU target's 3 minutes of training, then 1,000 games each way (its seed is

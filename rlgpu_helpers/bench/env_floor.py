@@ -26,16 +26,25 @@ from ..gpu.graphs import compile_step
 from ..gpu.launches import quiet_profiler
 from ..measure.records import Record
 from ..measure.table import Table, format_number
-from ..snake.rules import NUM_ACTIONS
-from ..snake.vec import VecSnake, step_compile_options
-from .envs import FLOOR_METRIC, FLOOR_NAME, NAME, SEED, VARIANTS, cycling_steps, device_type, floor_records, run_jobs
+from ..snake.vec import step_compile_options
+from .envs import (
+    FLOOR_METRIC,
+    FLOOR_NAME,
+    NAME,
+    VARIANTS,
+    cycling_steps,
+    device_type,
+    floor_records,
+    run_jobs,
+    seeded_vec_snake,
+    vec_snake_job,
+)
 
 OBS_TYPES = ("features", "grid")
 MODES = ("eager", "compiled")
 COMPILED_SUFFIX = ", compiled"
 OPS_NAME = "env_step_ops"
 COMPILE_NAME = "env_step_compile"
-ACTION_SETS = 4
 
 
 def default_floor_num_envs(obs_type: str, device: str | torch.device | None = None) -> int:
@@ -46,31 +55,16 @@ def default_floor_num_envs(obs_type: str, device: str | torch.device | None = No
     return pick(full=full[obs_type], quick=256)
 
 
-def _actions(num_envs: int, device: torch.device) -> list[torch.Tensor]:
-    generator = torch.Generator().manual_seed(SEED)
-    return [torch.randint(0, NUM_ACTIONS, (num_envs,), generator=generator).to(device) for _ in range(ACTION_SETS)]
-
-
-def _vec_env(num_envs: int, obs_type: str, device: torch.device) -> VecSnake:
-    return VecSnake(num_envs, obs_type=obs_type, device=device, seed=SEED, check_action_values=False)
-
-
-def _eager_job(num_envs: int, obs_type: str, device: torch.device):
-    env = _vec_env(num_envs, obs_type, device)
-    return cycling_steps(env, _actions(num_envs, device)), num_envs, env.close
-
-
 def _compiled_job(num_envs: int, obs_type: str, device: torch.device, compile_seconds: dict):
     """Make (step, steps per call, close) of the compiled step; its compile's seconds go to ``compile_seconds``."""
-    env = _vec_env(num_envs, obs_type, device)
-    actions = _actions(num_envs, device)
+    env, actions = seeded_vec_snake(num_envs, obs_type, device)
     compiled = compile_step(env.step_tensors, actions[0], device=device, options=step_compile_options(device))
     compile_seconds[(obs_type, num_envs)] = compiled.compile_seconds
     state = {"i": 0}
 
     def step():
         state["i"] += 1
-        compiled.fn(actions[state["i"] % ACTION_SETS])
+        compiled.fn(actions[state["i"] % len(actions)])
 
     def close():
         env.close()
@@ -100,7 +94,7 @@ def floor_throughput(device: str | torch.device | None = None, *, obs_types=OBS_
         params = {"num_envs": n, "obs_type": obs, "device": device.type}
         if "eager" in modes:
             jobs.append((VARIANTS[obs], dict(params),
-                         lambda n=n, obs=obs: _eager_job(n, obs, device), device))
+                         lambda n=n, obs=obs: vec_snake_job(n, obs, device), device))
         if "compiled" in modes:
             jobs.append((VARIANTS[obs] + COMPILED_SUFFIX, dict(params),
                          lambda n=n, obs=obs: _compiled_job(n, obs, device, compile_seconds), device))
@@ -144,8 +138,8 @@ def step_op_shares(device: str | torch.device | None = None, *, obs_types=OBS_TY
 
 def _profile_steps(num_envs: int, obs_type: str, device: torch.device, steps: int):
     """``({(operator, shapes): (share %, calls per step)}, device µs per step)`` of ``steps`` eager steps."""
-    env = _vec_env(num_envs, obs_type, device)
-    step = cycling_steps(env, _actions(num_envs, device))
+    env, actions = seeded_vec_snake(num_envs, obs_type, device)
+    step = cycling_steps(env, actions)
     for _ in range(3):
         step()
     synchronize(device)

@@ -165,11 +165,20 @@ def _gym_vector(kind: str, num_envs: int, obs_type: str = "features", step_cost_
     return cycling_steps(env, actions), num_envs, env.close
 
 
-def _vec_snake(num_envs: int, obs_type: str, device: torch.device):
+def seeded_vec_snake(num_envs: int, obs_type: str, device: torch.device,
+                     action_sets: int = ACTION_SETS) -> tuple[VecSnake, list[torch.Tensor]]:
+    """A seeded ``VecSnake`` without the per-step action check (as a training loop that makes valid
+    actions runs it), and ``action_sets`` batches of random actions drawn up front for it."""
     env = VecSnake(num_envs, obs_type=obs_type, device=device, seed=SEED, check_action_values=False)
     generator = torch.Generator().manual_seed(SEED)
     actions = [torch.randint(0, NUM_ACTIONS, (num_envs,), generator=generator).to(device)
-               for _ in range(ACTION_SETS)]
+               for _ in range(action_sets)]
+    return env, actions
+
+
+def vec_snake_job(num_envs: int, obs_type: str, device: torch.device):
+    """A job's make() for ``VecSnake``: (a step with the next pre-drawn actions, N, close)."""
+    env, actions = seeded_vec_snake(num_envs, obs_type, device)
     return cycling_steps(env, actions), num_envs, env.close
 
 
@@ -254,7 +263,7 @@ def _gym_jobs(kinds, num_envs, obs_type: str) -> list[_Job]:
 
 def _vec_jobs(num_envs, obs_types, device: torch.device) -> list[_Job]:
     return [(VARIANTS[obs], {"num_envs": n, "obs_type": obs, "device": device.type},
-             lambda n=n, obs=obs: _vec_snake(n, obs, device), device)
+             lambda n=n, obs=obs: vec_snake_job(n, obs, device), device)
             for obs in obs_types for n in num_envs]
 
 

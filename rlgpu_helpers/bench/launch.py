@@ -33,8 +33,8 @@ from ..gpu.launches import count_launches, traffic_bytes
 from ..measure.records import Record, check_records, select
 from ..measure.table import Table, format_number
 from ..measure.timing import time_sized
-from ..snake.rules import FIRST_OBS_TYPES, NUM_ACTIONS, OBS_TYPES
-from ..snake.vec import VecSnake
+from ..snake.rules import FIRST_OBS_TYPES, OBS_TYPES
+from .envs import cycling_steps, seeded_vec_snake
 
 LATENCY_NAME = "op_latency"
 TINY_OP = "a + b (one element each)"
@@ -88,16 +88,7 @@ class StepProfile:
 
 
 def _vec_step(obs_type: str, num_envs: int, device: torch.device):
-    env = VecSnake(num_envs, obs_type=obs_type, device=device, seed=0, check_action_values=False)
-    generator = torch.Generator().manual_seed(0)
-    actions = [torch.randint(0, NUM_ACTIONS, (num_envs,), generator=generator).to(device) for _ in range(8)]
-    state = {"i": 0}
-
-    def step():
-        state["i"] += 1
-        env.step(actions[state["i"] % len(actions)])
-
-    return step
+    return cycling_steps(*seeded_vec_snake(num_envs, obs_type, device, action_sets=8))
 
 
 def profile_vec_snake(device: str | torch.device | None = None, *, obs_types=FIRST_OBS_TYPES,
