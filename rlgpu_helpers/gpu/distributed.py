@@ -134,8 +134,9 @@ def process_group(world: World, backend: str, device: torch.device, timeout_s: f
     Every collective, and joining itself, fails after ``timeout_s`` seconds instead of waiting
     forever for a rank that never comes (or called a different collective). A block that ends
     well ends at a barrier: no rank destroys the group (rank 0 hosts its store) while another still
-    uses it, and gloo's threads have released the last collectives' tensors, which they do under
-    the GIL (torch 2.6 deadlocked, destroying a group just after an all-reduce: see ``_check_rank``).
+    uses it, and while it waits, without the GIL, gloo's threads can release the last collectives'
+    tensors, which needs the GIL (torch 2.6 deadlocked, destroying a group just after an all-reduce:
+    see ``_check_rank``).
     """
     timeout_s = check_number("timeout_s", timeout_s, above=0)
     check_backend(backend, device)
