@@ -28,7 +28,7 @@ Where each lesson's helpers live:
                                   bench.fps_claims
 04    gpu_vectorized_env          snake.vec, snake.naive_tensor, snake.step_bytes, gpu.sync,
                                   gpu.launches, bench.syncs, bench.launch, bench.envs (floor),
-                                  bench.env_floor
+                                  bench.env_floor, snake.vec_fused
 05    transfers_and_replay        gpu.transfer, bench.transfers, replay (the registry),
                                   replay.base, replay.naive, replay.tensor, replay.pinned,
                                   replay.memmap, replay.prioritized, bench.replay,

@@ -1,5 +1,5 @@
-"""The env step against its memory floor: eager and compiled figures, their floor fractions, and the
-profile of where an eager step's time goes (``bench.env_floor``, the GPU sweep's first call)."""
+"""The env step against its memory floor: eager, compiled and fused figures, their floor fractions, and
+the profile of where an eager step's time goes (``bench.env_floor``, the GPU sweep's first call)."""
 
 import pytest
 
@@ -20,8 +20,9 @@ def test_the_targets_sizes_on_a_gpu_and_smaller_ones_on_a_cpu(monkeypatch):
     assert env_floor.default_floor_num_envs("grid", "cuda") == 1_048_576
 
 
-def test_eager_and_compiled_steps_each_get_a_figure_and_its_fraction_of_the_floor():
+def test_eager_and_compiled_steps_each_get_a_figure_and_its_fraction_of_the_floor(capsys):
     records = env_floor.floor_throughput("cpu", obs_types=("features",), num_envs=64, progress=False)
+    assert "fused step: not measured here: the fused step is a Triton kernel for a GPU" in capsys.readouterr().out
     steps = {r.variant: r for r in records if r.name == NAME}
     assert set(steps) == {"VecSnake features", "VecSnake features, compiled"}
     assert all(r.value > 0 and r.params == {"num_envs": 64, "obs_type": "features", "device": "cpu"}
@@ -57,9 +58,31 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="obs_types"):
         env_floor.floor_throughput("cpu", obs_types=("ego_grid",), progress=False)
     with pytest.raises(ValueError, match="modes"):
-        env_floor.floor_throughput("cpu", modes=("fused",), progress=False)
+        env_floor.floor_throughput("cpu", modes=("triton",), progress=False)
     with pytest.raises(ValueError, match="num_envs"):
         env_floor.step_op_shares("cpu", obs_types=("features", "grid"), num_envs=(64,))
+
+
+class StandInFusedStep:
+    """The fused step's place in the benchmark, on a CPU: the eager step under its name."""
+
+    def __init__(self, env):
+        self.env = env
+
+    def __call__(self, actions):
+        return self.env.step_tensors(actions)
+
+
+def test_where_the_fused_step_runs_it_gets_a_figure_its_first_call_and_a_row(monkeypatch):
+    monkeypatch.setattr(env_floor, "fused_missing", lambda device: None)
+    monkeypatch.setattr(env_floor, "FusedStep", StandInFusedStep)
+    records = env_floor.floor_throughput("cpu", modes=("eager", "fused"), num_envs=32, progress=False)
+    steps = {r.variant for r in records if r.name == NAME}
+    assert steps == {"VecSnake features", "VecSnake features, fused", "VecSnake grid"}  # features only
+    (first_call,) = [r for r in records if r.name == env_floor.COMPILE_NAME]
+    assert first_call.variant == "VecSnake features, fused" and first_call.value > 0
+    modes = {(row[1], row[2]) for row in env_floor.floor_table(records).rows}
+    assert modes == {("features", "eager"), ("features", "fused"), ("grid", "eager")}
 
 
 def test_the_tables_set_each_figure_beside_its_floor_and_list_the_largest_shares():

@@ -1,10 +1,11 @@
-"""How near ``VecSnake``'s step comes to its memory floor, eager and compiled (notebook 04, section 5).
+"""How near ``VecSnake``'s step comes to its memory floor, eager, compiled and fused (notebook 04, section 5).
 
 A step must move ``snake.step_bytes`` bytes a game, so the device's bandwidth bounds it at
-``bandwidth / bytes`` env steps/s: the floor. :func:`floor_throughput` times the step eager and
-compiled (``torch.compile`` with ``snake.vec.step_compile_options``), features and grid, at the
-sizes the course's GPU targets name, and sets each figure against the floor (records
-``"env_step"``, compiled variants ending ", compiled", and ``"env_step_floor"``).
+``bandwidth / bytes`` env steps/s: the floor. :func:`floor_throughput` times the step eager,
+compiled (``torch.compile`` with ``snake.vec.step_compile_options``) and, for features on a GPU,
+fused (``snake.vec_fused``'s Triton kernel), features and grid, at the sizes the course's GPU
+targets name, and sets each figure against the floor (records ``"env_step"``, variants ending
+", compiled" or ", fused", and ``"env_step_floor"``).
 :func:`step_op_shares` says where an eager step's time goes: each operator's share of the device's
 time (the GPU's kernels, or the CPU's), records ``"env_step_ops"``. :func:`measure_env_floor`, the
 ``env_floor`` bench suite, runs both; the GPU sweep runs it in its first call.
@@ -12,6 +13,7 @@ time (the GPU's kernels, or the CPU's), records ``"env_step_ops"``. :func:`measu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -27,6 +29,7 @@ from ..gpu.launches import quiet_profiler
 from ..measure.records import Record
 from ..measure.table import Table, format_number
 from ..snake.vec import step_compile_options
+from ..snake.vec_fused import FusedStep, triton_missing
 from .envs import (
     FLOOR_METRIC,
     FLOOR_NAME,
@@ -41,8 +44,11 @@ from .envs import (
 )
 
 OBS_TYPES = ("features", "grid")
-MODES = ("eager", "compiled")
+MODES = ("eager", "compiled", "fused")
 COMPILED_SUFFIX = ", compiled"
+FUSED_SUFFIX = ", fused"
+SUFFIXES = {"eager": "", "compiled": COMPILED_SUFFIX, "fused": FUSED_SUFFIX}
+FUSED_OBS_TYPES = ("features",)
 OPS_NAME = "env_step_ops"
 COMPILE_NAME = "env_step_compile"
 
@@ -59,7 +65,7 @@ def _compiled_job(num_envs: int, obs_type: str, device: torch.device, compile_se
     """Make (step, steps per call, close) of the compiled step; its compile's seconds go to ``compile_seconds``."""
     env, actions = seeded_vec_snake(num_envs, obs_type, device)
     compiled = compile_step(env.step_tensors, actions[0], device=device, options=step_compile_options(device))
-    compile_seconds[(obs_type, num_envs)] = compiled.compile_seconds
+    compile_seconds[(VARIANTS[obs_type] + COMPILED_SUFFIX, obs_type, num_envs)] = compiled.compile_seconds
     state = {"i": 0}
 
     def step():
@@ -73,18 +79,48 @@ def _compiled_job(num_envs: int, obs_type: str, device: torch.device, compile_se
     return step, num_envs, close
 
 
+def fused_missing(device: torch.device) -> str | None:
+    """Why the fused step cannot be timed on ``device`` here, or None: it is a kernel for a GPU (a
+    CPU runs it only in Triton's interpreter, which its tests use and which is far too slow to time)."""
+    if device.type != "cuda":
+        return "the fused step is a Triton kernel for a GPU (on a CPU Triton only interprets it: tested, not timed)"
+    return triton_missing(device)
+
+
+def _fused_job(num_envs: int, device: torch.device, compile_seconds: dict):
+    """Make (step, steps per call, close) of the fused features step; its first call (Triton compiles
+    the kernel then) goes to ``compile_seconds``."""
+    env, actions = seeded_vec_snake(num_envs, "features", device)
+    fused = FusedStep(env)
+    start = time.perf_counter()
+    fused(actions[0])
+    synchronize(device)
+    compile_seconds[(VARIANTS["features"] + FUSED_SUFFIX, "features", num_envs)] = time.perf_counter() - start
+    state = {"i": 0}
+
+    def step():
+        state["i"] += 1
+        fused(actions[state["i"] % len(actions)])
+
+    return step, num_envs, env.close
+
+
 def floor_throughput(device: str | torch.device | None = None, *, obs_types=OBS_TYPES, modes=MODES,
                      num_envs=None, progress: bool = True) -> list[Record]:
     """``VecSnake``'s steps/s in each mode and obs type, and each figure's fraction of its floor.
 
     ``num_envs``: one N for every obs type, default :func:`default_floor_num_envs` for each.
-    Records: ``"env_step"`` (compiled variants end ", compiled"), each compile's seconds
+    Records: ``"env_step"`` (variants end ", compiled" or ", fused"), each compile's seconds
     (``"env_step_compile"``), and ``bench.envs.floor_records`` of them all. An N that does not fit
     leaves no record (the reason is printed); a compile without a compiler raises its clear error.
+    The fused step is features only, timed on a GPU with Triton; elsewhere one line says why not.
     """
     device = get_device(device)
     obs_types = check_choices("obs_types", obs_types, OBS_TYPES)
     modes = check_choices("modes", modes, MODES)
+    if "fused" in modes and fused_missing(device) is not None:
+        print(f"fused step: not measured here: {fused_missing(device)}")
+        modes = tuple(mode for mode in modes if mode != "fused")
     sizes = ({obs: default_floor_num_envs(obs, device) for obs in obs_types} if num_envs is None
              else dict.fromkeys(obs_types, check_int("num_envs", num_envs)))
     compile_seconds: dict = {}
@@ -98,11 +134,14 @@ def floor_throughput(device: str | torch.device | None = None, *, obs_types=OBS_
         if "compiled" in modes:
             jobs.append((VARIANTS[obs] + COMPILED_SUFFIX, dict(params),
                          lambda n=n, obs=obs: _compiled_job(n, obs, device, compile_seconds), device))
+        if "fused" in modes and obs in FUSED_OBS_TYPES:
+            jobs.append((VARIANTS[obs] + FUSED_SUFFIX, dict(params),
+                         lambda n=n: _fused_job(n, device, compile_seconds), device))
     machine = machine_of(device)
     records = run_jobs(jobs, NAME, machine, progress, "env step floor")
-    records += [Record(COMPILE_NAME, VARIANTS[obs] + COMPILED_SUFFIX, "compile time", seconds, "s",
+    records += [Record(COMPILE_NAME, variant, "compile time", seconds, "s",
                        {"num_envs": n, "obs_type": obs, "device": device.type}, None, machine)
-                for (obs, n), seconds in compile_seconds.items()]
+                for (variant, obs, n), seconds in compile_seconds.items()]
     return records + floor_records(records, device)
 
 
@@ -181,7 +220,7 @@ def floor_table(records) -> Table:
         fraction = fractions.get((r.machine, r.variant, r.params.get("num_envs")))
         if r.name != NAME or fraction is None:
             continue
-        mode = "compiled" if r.variant.endswith(COMPILED_SUFFIX) else "eager"
+        mode = next(mode for mode, suffix in reversed(SUFFIXES.items()) if r.variant.endswith(suffix))
         rows.append([r.machine, r.params["obs_type"], mode, f"{r.params['num_envs']:,}", format_number(r.value),
                      format_number(r.value / fraction), f"{fraction:.1%}"])
     return Table(["machine", "observation", "step", "games (N)", "env steps/s", "floor (env steps/s)", "of the floor"],
