@@ -66,17 +66,12 @@ def _compiled_job(num_envs: int, obs_type: str, device: torch.device, compile_se
     env, actions = seeded_vec_snake(num_envs, obs_type, device)
     compiled = compile_step(env.step_tensors, actions[0], device=device, options=step_compile_options(device))
     compile_seconds[(VARIANTS[obs_type] + COMPILED_SUFFIX, obs_type, num_envs)] = compiled.compile_seconds
-    state = {"i": 0}
-
-    def step():
-        state["i"] += 1
-        compiled.fn(actions[state["i"] % len(actions)])
 
     def close():
         env.close()
         torch._dynamo.reset()  # the next env's step compiles afresh, not against these guards
 
-    return step, num_envs, close
+    return cycling_steps(compiled.fn, actions), num_envs, close
 
 
 def fused_missing(device: torch.device) -> str | None:
@@ -96,13 +91,7 @@ def _fused_job(num_envs: int, device: torch.device, compile_seconds: dict):
     fused(actions[0])
     synchronize(device)
     compile_seconds[(VARIANTS["features"] + FUSED_SUFFIX, "features", num_envs)] = time.perf_counter() - start
-    state = {"i": 0}
-
-    def step():
-        state["i"] += 1
-        fused(actions[state["i"] % len(actions)])
-
-    return step, num_envs, env.close
+    return cycling_steps(fused, actions), num_envs, env.close
 
 
 def floor_throughput(device: str | torch.device | None = None, *, obs_types=OBS_TYPES, modes=MODES,
@@ -118,8 +107,9 @@ def floor_throughput(device: str | torch.device | None = None, *, obs_types=OBS_
     device = get_device(device)
     obs_types = check_choices("obs_types", obs_types, OBS_TYPES)
     modes = check_choices("modes", modes, MODES)
-    if "fused" in modes and fused_missing(device) is not None:
-        print(f"fused step: not measured here: {fused_missing(device)}")
+    why = fused_missing(device) if "fused" in modes else None
+    if why is not None:
+        print(f"fused step: not measured here: {why}")
         modes = tuple(mode for mode in modes if mode != "fused")
     sizes = ({obs: default_floor_num_envs(obs, device) for obs in obs_types} if num_envs is None
              else dict.fromkeys(obs_types, check_int("num_envs", num_envs)))
@@ -178,7 +168,7 @@ def step_op_shares(device: str | torch.device | None = None, *, obs_types=OBS_TY
 def _profile_steps(num_envs: int, obs_type: str, device: torch.device, steps: int):
     """``({(operator, shapes): (share %, calls per step)}, device µs per step)`` of ``steps`` eager steps."""
     env, actions = seeded_vec_snake(num_envs, obs_type, device)
-    step = cycling_steps(env, actions)
+    step = cycling_steps(env.step, actions)
     for _ in range(3):
         step()
     synchronize(device)

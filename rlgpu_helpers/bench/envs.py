@@ -162,7 +162,7 @@ def _gym_vector(kind: str, num_envs: int, obs_type: str = "features", step_cost_
         raise _NoSubprocesses()
     env.reset(seed=SEED)
     actions = list(np.random.default_rng(SEED).integers(0, NUM_ACTIONS, size=(ACTION_SETS, num_envs)))
-    return cycling_steps(env, actions), num_envs, env.close
+    return cycling_steps(env.step, actions), num_envs, env.close
 
 
 def seeded_vec_snake(num_envs: int, obs_type: str, device: torch.device,
@@ -179,19 +179,20 @@ def seeded_vec_snake(num_envs: int, obs_type: str, device: torch.device,
 def vec_snake_job(num_envs: int, obs_type: str, device: torch.device):
     """A job's make() for ``VecSnake``: (a step with the next pre-drawn actions, N, close)."""
     env, actions = seeded_vec_snake(num_envs, obs_type, device)
-    return cycling_steps(env, actions), num_envs, env.close
+    return cycling_steps(env.step, actions), num_envs, env.close
 
 
-def cycling_steps(env, actions: list):
-    """A callable that steps ``env`` once with the next of the pre-drawn ``actions``."""
+def cycling_steps(step, actions: list):
+    """A callable that calls ``step`` (an env's ``step``, or a compiled or fused one) once with the
+    next of the pre-drawn ``actions``."""
     state = {"i": 0}
 
-    def step():
+    def next_step():
         i = state["i"]
         state["i"] = i + 1
-        env.step(actions[i % len(actions)])
+        step(actions[i % len(actions)])
 
-    return step
+    return next_step
 
 
 class _NoSubprocesses(Exception):

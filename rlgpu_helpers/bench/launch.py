@@ -88,7 +88,8 @@ class StepProfile:
 
 
 def _vec_step(obs_type: str, num_envs: int, device: torch.device):
-    return cycling_steps(*seeded_vec_snake(num_envs, obs_type, device, action_sets=8))
+    env, actions = seeded_vec_snake(num_envs, obs_type, device, action_sets=8)
+    return cycling_steps(env.step, actions)
 
 
 def profile_vec_snake(device: str | torch.device | None = None, *, obs_types=FIRST_OBS_TYPES,

@@ -202,7 +202,7 @@ def _sync_env(config: str, num_envs: int, obs_type: str, device: torch.device):
 
 def _sync_job(config: str, num_envs: int, obs_type: str, device: torch.device):
     env, actions = _sync_env(config, num_envs, obs_type, device)
-    return cycling_steps(env, actions), num_envs, env.close
+    return cycling_steps(env.step, actions), num_envs, env.close
 
 
 def sync_cost_throughput(device: str | torch.device | None = None, *, num_envs=None, configs=tuple(SYNC_CONFIGS),
