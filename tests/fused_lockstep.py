@@ -59,9 +59,9 @@ def lockstep(height: int, width: int, num_envs: int, steps: int, seed: int, devi
         want, got = eager(actions), fused(actions)
         where = f"{height}x{width}, N={num_envs}, seed {seed}, step {step}"
         assert_same_step(want, got, where)
+        theirs = envs[1].state_dict()
         for name, mine in envs[0].state_dict().items():
-            theirs = envs[1].state_dict()[name]
-            assert torch.equal(mine, theirs), f"{where}: state {name!r} differs"
+            assert torch.equal(mine, theirs[name]), f"{where}: state {name!r} differs"
         seen["steps"] += num_envs
         seen["ate"] += int((want[1] > 0).sum())
         seen["died"] += int((want[1] < 0).sum())

@@ -19,6 +19,7 @@ import os
 
 import torch
 
+from ..gpu.graphs import COMPILER_HELP
 from . import rules
 
 try:
@@ -29,7 +30,6 @@ except ImportError:  # no kernel to launch: ``triton_missing`` says why
 
 _jit = triton.jit if triton is not None else (lambda fn: fn)
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # as Triton read it when the kernels below were defined
-TRITON_HELP = "pip install triton (it comes with torch's Linux CUDA wheels)"
 
 
 def has_triton() -> bool:
@@ -40,7 +40,7 @@ def has_triton() -> bool:
 def triton_missing(device: str | torch.device) -> str | None:
     """Why ``FusedStep`` cannot run on ``device`` here, or None if it can."""
     if not has_triton():
-        return f"the fused step needs Triton, which is not installed: {TRITON_HELP}"
+        return f"the fused step needs Triton, which is not installed: {COMPILER_HELP['cuda']}"
     device_type = torch.device(device).type
     if device_type == "cpu" and not INTERPRETED:
         return ("Triton runs on a GPU; on a CPU only in its interpreter "
@@ -257,15 +257,15 @@ class FusedStep:
         truncation limit), its compile-time constants, and the outputs by name."""
         env = self.env
         N, dev = env.num_envs, env.device
-        flags = {name: torch.empty(N, dtype=torch.bool, device=dev) for name in ("terminated", "truncated", "done", "won")}
+        flag = dict(dtype=torch.bool, device=dev)
         out = {"obs": torch.empty(N, rules.NUM_FEATURES, device=dev), "final_obs": torch.empty(N, rules.NUM_FEATURES, device=dev),
-               "reward": torch.empty(N, device=dev), **flags,
-               "score": torch.empty(N, dtype=env._length.dtype, device=dev), "length": torch.empty(N, dtype=torch.int64, device=dev)}
+               "reward": torch.empty(N, device=dev), "terminated": torch.empty(N, **flag),
+               "truncated": torch.empty(N, **flag), "done": torch.empty(N, **flag),
+               "score": torch.empty(N, dtype=env._length.dtype, device=dev),
+               "length": torch.empty(N, dtype=torch.int64, device=dev), "won": torch.empty(N, **flag)}  # the kernel's order
         arguments = [env._stamp, env._ring, env._row_free, env._clock, env._length, env._head, env._direction, env._food,
                      env._steps_since_food, env._episode_steps, env._counter, env._env_keys, actions,
-                     *(out[name] for name in ("obs", "final_obs", "reward", "terminated", "truncated", "done", "score",
-                                              "length", "won")),
-                     N, env.max_steps_without_food]
+                     *out.values(), N, env.max_steps_without_food]
         constants = dict(H=env.height, W=env.width, P=env._pitch, RING=env._ring_size, START_HEAD=env._start_head,
                          BLOCK=GAMES_PER_PROGRAM)
         return arguments, constants, out
