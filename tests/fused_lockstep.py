@@ -41,11 +41,12 @@ def assert_same_step(eager, fused, where: str) -> None:
 
 
 def lockstep(height: int, width: int, num_envs: int, steps: int, seed: int, device: str = "cpu",
-             max_steps_without_food: int | None = None, near_wins: tuple[int, ...] = ()) -> dict:
+             max_steps_without_food: int | None = None, near_wins: tuple[int, ...] = (),
+             obs_type: str = "features") -> dict:
     """Step an eager and a fused env of the same seed with the same random actions; compare every
     output and the whole state after every step. ``near_wins``: games set one move from filling a 4x4 board."""
-    envs = [VecSnake(num_envs, height, width, max_steps_without_food=max_steps_without_food, device=device,
-                     seed=seed, check_action_values=False) for _ in range(2)]
+    envs = [VecSnake(num_envs, height, width, obs_type=obs_type, max_steps_without_food=max_steps_without_food,
+                     device=device, seed=seed, check_action_values=False) for _ in range(2)]
     for env in envs:
         for game in near_wins:
             env.set_state(game, near_win())
@@ -57,7 +58,7 @@ def lockstep(height: int, width: int, num_envs: int, steps: int, seed: int, devi
         if step == 0 and near_wins:
             actions[list(near_wins)] = 0  # straight into the food
         want, got = eager(actions), fused(actions)
-        where = f"{height}x{width}, N={num_envs}, seed {seed}, step {step}"
+        where = f"{obs_type} {height}x{width}, N={num_envs}, seed {seed}, step {step}"
         assert_same_step(want, got, where)
         theirs = envs[1].state_dict()
         for name, mine in envs[0].state_dict().items():
@@ -70,19 +71,22 @@ def lockstep(height: int, width: int, num_envs: int, steps: int, seed: int, devi
     return seen
 
 
-CASES = {
+BOARDS = {
     "10x10, two programs": dict(height=10, width=10, num_envs=200, steps=60, seed=3),
     "4x4 wins": dict(height=4, width=4, num_envs=9, steps=40, seed=5, near_wins=(1, 4)),
     "5x7 truncations": dict(height=5, width=7, num_envs=37, steps=120, seed=7, max_steps_without_food=6),
     "64x64": dict(height=64, width=64, num_envs=40, steps=25, seed=9),
 }
+LIGHTER_GRID = {"10x10, two programs": dict(steps=30), "64x64": dict(num_envs=12)}  # Triton's interpreter is slow
+CASES = {**{f"features {name}": dict(board, obs_type="features") for name, board in BOARDS.items()},
+         **{f"grid {name}": dict(board, obs_type="grid", **LIGHTER_GRID.get(name, {})) for name, board in BOARDS.items()}}
 
 
 @settings(max_examples=12, deadline=None, database=None)
 @given(height=st.integers(4, 12), width=st.integers(4, 12), num_envs=st.integers(1, 300),
-       seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 40))
-def any_board(height, width, num_envs, seed, steps):
-    lockstep(height, width, num_envs, steps, seed)
+       seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 40), obs_type=st.sampled_from(["features", "grid"]))
+def any_board(height, width, num_envs, seed, steps, obs_type):
+    lockstep(height, width, num_envs, steps, seed, obs_type=obs_type)
 
 
 if __name__ == "__main__":

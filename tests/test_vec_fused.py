@@ -26,17 +26,19 @@ def test_in_tritons_interpreter_the_fused_step_plays_the_eager_steps_games():
     assert done.returncode == 0, done.stderr[-4000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(seen) == set(CASES)
-    assert seen["10x10, two programs"]["ate"] > 0 and seen["10x10, two programs"]["died"] > 0
-    assert seen["4x4 wins"]["won"] == 2  # both games set one move from a full board
-    assert seen["5x7 truncations"]["truncated"] > 0
+    for obs_type in FusedStep.OBS_TYPES:
+        assert seen[f"{obs_type} 10x10, two programs"]["ate"] > 0 and seen[f"{obs_type} 10x10, two programs"]["died"] > 0
+        assert seen[f"{obs_type} 4x4 wins"]["won"] == 2  # both games set one move from a full board
+        assert seen[f"{obs_type} 5x7 truncations"]["truncated"] > 0
 
 
 TRITON_TYPES = {torch.int32: "i32", torch.int64: "i64", torch.float32: "fp32", torch.bool: "i1"}
 
 
+@pytest.mark.parametrize("obs_type", FusedStep.OBS_TYPES)
 @pytest.mark.parametrize("height, width", [(10, 10), (4, 4), (5, 7), (64, 64)])
-def test_the_kernel_compiles_to_code_for_an_h100_here(monkeypatch, height, width):
-    """Triton's compiler and its ptxas need no GPU: the kernel, given the env's own argument types,
+def test_the_kernels_compile_to_code_for_an_h100_here(monkeypatch, height, width, obs_type):
+    """Triton's compiler and its ptxas need no GPU: each kernel, given the env's own argument types,
     becomes machine code for an H100's or H200's sm_90 (what the GPU machines would build)."""
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
@@ -45,20 +47,23 @@ def test_the_kernel_compiles_to_code_for_an_h100_here(monkeypatch, height, width
     if "constexprs" not in inspect.signature(ASTSource).parameters:
         pytest.skip(f"Triton {triton.__version__}'s ahead-of-time API predates the GPU machines' (3.6)")
     monkeypatch.setattr(vec_fused, "INTERPRETED", True)  # a FusedStep of a CPU env, for its arguments
-    env = VecSnake(3, height, width, seed=0, check_action_values=False)
-    arguments, constants, _ = FusedStep(env).launch_arguments(torch.zeros(3, dtype=torch.int64))
-    kernel = vec_fused.fused_features_step
-    signature = {name: ("*" + TRITON_TYPES[value.dtype] if isinstance(value, torch.Tensor) else "i32")
-                 for name, value in zip(kernel.arg_names, arguments)}
-    signature.update(dict.fromkeys(constants, "constexpr"))
-    compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constants),
-                              target=GPUTarget("cuda", 90, 32))
-    assert len(compiled.asm["cubin"]) > 10_000 and ".target sm_90" in compiled.asm["ptx"]
+    env = VecSnake(3, height, width, obs_type=obs_type, seed=0, check_action_values=False)
+    launches, _ = FusedStep(env).launches(torch.zeros(3, dtype=torch.int64))
+    assert [kernel.fn.__name__ for kernel, *_ in launches] == ["fused_step", "fused_grid_observe"][: len(launches)]
+    assert len(launches) == (2 if obs_type == "grid" else 1)
+    for kernel, _, arguments, constants in launches:
+        signature = {name: ("*" + TRITON_TYPES[value.dtype] if isinstance(value, torch.Tensor) else "i32")
+                     for name, value in zip(kernel.arg_names, arguments)}
+        signature.update(dict.fromkeys(constants, "constexpr"))
+        compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constants),
+                                  target=GPUTarget("cuda", 90, 32))
+        assert len(compiled.asm["cubin"]) > 5_000 and ".target sm_90" in compiled.asm["ptx"]
 
 
-def test_only_the_features_observation_has_a_fused_step():
-    with pytest.raises(ValueError, match="obs_type='grid'"):
-        FusedStep(VecSnake(4, obs_type="grid", seed=0))
+@pytest.mark.parametrize("obs_type", ["features_reach", "ego_grid"])
+def test_only_features_and_grid_have_a_fused_step(obs_type):
+    with pytest.raises(ValueError, match=f"obs_type='{obs_type}': the fused step is written for"):
+        FusedStep(VecSnake(4, obs_type=obs_type, seed=0))
 
 
 def test_without_triton_or_a_gpu_it_says_why(monkeypatch):
@@ -83,13 +88,14 @@ def test_on_a_gpu_the_fused_step_plays_the_eager_steps_games(name):
 
 
 @pytest.mark.gpu
-def test_on_a_gpu_many_games_match_and_never_synchronize():
-    seen = lockstep(10, 10, num_envs=3 * 4096 + 5, steps=200, seed=11, device="cuda")
+@pytest.mark.parametrize("obs_type", FusedStep.OBS_TYPES)
+def test_on_a_gpu_many_games_match_and_never_synchronize(obs_type):
+    seen = lockstep(10, 10, num_envs=3 * 4096 + 5, steps=200, seed=11, device="cuda", obs_type=obs_type)
     assert seen["ate"] > 0 and seen["died"] > 0
-    env = VecSnake(4096, device="cuda", seed=0, check_action_values=False)
+    env = VecSnake(4096, obs_type=obs_type, device="cuda", seed=0, check_action_values=False)
     fused = FusedStep(env)
     actions = torch.randint(0, 3, (50, 4096), generator=torch.Generator().manual_seed(0)).to("cuda")
-    fused(actions[0])  # Triton compiles the kernel at its first launch
+    fused(actions[0])  # Triton compiles the kernels at their first launch
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:

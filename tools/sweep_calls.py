@@ -99,25 +99,27 @@ def comparison(name: str, estimate_s: int, **launches) -> Step:
 # tests had done 80% in 257 s on 8 workers), guesses elsewhere: a timed point of a suite takes about 1.5 s, a
 # torch.compile 10 to 60 s (the win preset's rollout, GAE and update took 44 s on a 2-core CPU, cold), a step's
 # process about 5 s to start. The calls go by issue 34's order, with issue 38's env step in the first call (which
-# moved the tuning's launch settings after the held-out seed): the GPU tests and the env step, the time to win
-# on seed 0, then on seeds 1, 2 and a held-out seed, the tuning's launch settings, the launch comparison, the
-# calls that have never run, and last those that have.
+# moved the tuning's launch settings after the held-out seed, and its eager rungs beside seed 1): the GPU tests
+# and the env step, the time to win on seed 0, then on seeds 1, 2 and a held-out seed, the tuning's launch
+# settings, the launch comparison, the calls that have never run, and last those that have.
 CALLS = (
-    Call("the GPU tests; the env step against its memory floor; the 'win' preset's tuning: the eager rungs", (
-        # 65 tests, one compiling the preset at full size, 5 the fused step's Triton kernel, on 4 workers;
+    Call("the GPU tests; the env step against its memory floor", (
+        # 70 tests, one compiling the preset at full size, 10 the fused steps' Triton kernels, on 4 workers;
         # then the 3 that need the GPU alone
-        Step("GPU tests", 175, tests="tests -m 'gpu and not gpu_alone'", workers=4),
+        Step("GPU tests", 180, tests="tests -m 'gpu and not gpu_alone'", workers=4),
         Step("GPU tests, the GPU alone", 40, tests="tests -m 'gpu and gpu_alone'"),
-        # issue 38's targets: features at 4,194,304 games and grid at 1,048,576, eager and compiled (2 compiles),
-        # features fused (a Triton kernel: one compile), then 2 x 23 eager steps profiled
-        Step("env step floor", 110, "env_floor"),
-        Step("win speed: eager", 50, "win_speed", options={"groups": ("eager",)}),  # 2 x 2 slow iterations
+        # issue 38's targets: features at 4,194,304 games and grid at 1,048,576, eager and compiled (2 compiles)
+        # and fused (Triton kernels: 2 compiles), then 2 x 23 eager steps profiled
+        Step("env step floor", 120, "env_floor"),
     )),
     Call("the time to win on seed 0; the preset's tuning: the shapes of the work", (
         time_to_win(0),
         Step("win speed: the shapes", 70, "win_speed", options={"groups": ("shapes",)}),  # 4 captures, no compile
     )),
-    Call("the time to win on seed 1", (time_to_win(1),)),
+    Call("the time to win on seed 1; the 'win' preset's tuning: the eager rungs", (
+        time_to_win(1),
+        Step("win speed: eager", 50, "win_speed", options={"groups": ("eager",)}),  # 2 x 2 slow iterations
+    )),
     Call("the time to win on seed 2; batch size", (
         time_to_win(2),
         Step("batch size", 90, "batch_size"),  # 34 points, two searches of the card's limit, 10 s of PPO

@@ -2,8 +2,8 @@
 
 A step must move ``snake.step_bytes`` bytes a game, so the device's bandwidth bounds it at
 ``bandwidth / bytes`` env steps/s: the floor. :func:`floor_throughput` times the step eager,
-compiled (``torch.compile`` with ``snake.vec.step_compile_options``) and, for features on a GPU,
-fused (``snake.vec_fused``'s Triton kernel), features and grid, at the sizes the course's GPU
+compiled (``torch.compile`` with ``snake.vec.step_compile_options``) and, on a GPU, fused
+(``snake.vec_fused``'s Triton kernels), features and grid, at the sizes the course's GPU
 targets name, and sets each figure against the floor (records ``"env_step"``, variants ending
 ", compiled" or ", fused", and ``"env_step_floor"``).
 :func:`step_op_shares` says where an eager step's time goes: each operator's share of the device's
@@ -48,7 +48,6 @@ MODES = ("eager", "compiled", "fused")
 COMPILED_SUFFIX = ", compiled"
 FUSED_SUFFIX = ", fused"
 SUFFIXES = {"eager": "", "compiled": COMPILED_SUFFIX, "fused": FUSED_SUFFIX}
-FUSED_OBS_TYPES = ("features",)
 OPS_NAME = "env_step_ops"
 COMPILE_NAME = "env_step_compile"
 
@@ -82,15 +81,15 @@ def fused_missing(device: torch.device) -> str | None:
     return triton_missing(device)
 
 
-def _fused_job(num_envs: int, device: torch.device, compile_seconds: dict):
-    """Make (step, steps per call, close) of the fused features step; its first call (Triton compiles
-    the kernel then) goes to ``compile_seconds``."""
-    env, actions = seeded_vec_snake(num_envs, "features", device)
+def _fused_job(num_envs: int, obs_type: str, device: torch.device, compile_seconds: dict):
+    """Make (step, steps per call, close) of the fused step; its first call (Triton compiles the
+    kernels then) goes to ``compile_seconds``."""
+    env, actions = seeded_vec_snake(num_envs, obs_type, device)
     fused = FusedStep(env)
     start = time.perf_counter()
     fused(actions[0])
     synchronize(device)
-    compile_seconds[(VARIANTS["features"] + FUSED_SUFFIX, "features", num_envs)] = time.perf_counter() - start
+    compile_seconds[(VARIANTS[obs_type] + FUSED_SUFFIX, obs_type, num_envs)] = time.perf_counter() - start
     return cycling_steps(fused, actions), num_envs, env.close
 
 
@@ -102,7 +101,7 @@ def floor_throughput(device: str | torch.device | None = None, *, obs_types=OBS_
     Records: ``"env_step"`` (variants end ", compiled" or ", fused"), each compile's seconds
     (``"env_step_compile"``), and ``bench.envs.floor_records`` of them all. An N that does not fit
     leaves no record (the reason is printed); a compile without a compiler raises its clear error.
-    The fused step is features only, timed on a GPU with Triton; elsewhere one line says why not.
+    The fused step is timed on a GPU with Triton; elsewhere one line says why not.
     """
     device = get_device(device)
     obs_types = check_choices("obs_types", obs_types, OBS_TYPES)
@@ -124,9 +123,9 @@ def floor_throughput(device: str | torch.device | None = None, *, obs_types=OBS_
         if "compiled" in modes:
             jobs.append((VARIANTS[obs] + COMPILED_SUFFIX, dict(params),
                          lambda n=n, obs=obs: _compiled_job(n, obs, device, compile_seconds), device))
-        if "fused" in modes and obs in FUSED_OBS_TYPES:
+        if "fused" in modes:
             jobs.append((VARIANTS[obs] + FUSED_SUFFIX, dict(params),
-                         lambda n=n: _fused_job(n, device, compile_seconds), device))
+                         lambda n=n, obs=obs: _fused_job(n, obs, device, compile_seconds), device))
     machine = machine_of(device)
     records = run_jobs(jobs, NAME, machine, progress, "env step floor")
     records += [Record(COMPILE_NAME, variant, "compile time", seconds, "s",

@@ -9,7 +9,7 @@
 - ``vec_state``: ``VecSnake``'s state as tensors, each game read, written and checked (03, 04);
 - ``vec_observe``: ``VecSnake``'s observations, read from its state with no host sync (03, 04);
 - ``step_bytes``: the bytes one ``VecSnake`` step must read and write, its memory floor (04);
-- ``vec_fused``: ``FusedStep``, the features step as one hand-written Triton kernel (04);
+- ``vec_fused``: ``FusedStep``, the features and grid steps as hand-written Triton kernels (04);
 - ``naive_tensor``: ``NaiveTensorSnake``, the bad example (04): a tensor Snake written the common
   way, each of its host syncs a switch, to measure what they cost.
 """

@@ -114,8 +114,9 @@ def step_bytes(env, *, action_bytes: int = 8) -> StepBytes:
         t.stream("_stamp", "read", env._rows * env._pitch * size("_stamp"))  # _observe_grid: every cell
         t.stream("_grid_obs_at", "read", size("_grid_obs_at"))
         obs = cells * env._start_grid.element_size()
+        # Both observations from the stamps once: _next_grid's read of final_obs is a temporary's
+        # (the fused step, ``vec_fused.fused_grid_observe``, writes both without it).
         t.stream("final_obs", "write", obs)
-        t.stream("final_obs", "read", obs)  # _next_grid: where(done, start, final_obs), then the food
         t.stream("obs", "write", obs)
     parts = tuple(t.parts())
     return StepBytes(obs_type, sum(p[2] for p in parts), sum(p[3] for p in parts), parts)

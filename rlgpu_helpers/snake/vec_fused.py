@@ -1,11 +1,14 @@
-"""``FusedStep``: ``VecSnake``'s "features" step as one hand-written Triton kernel (notebook 04, section 5).
+"""``FusedStep``: ``VecSnake``'s "features" and "grid" steps as hand-written Triton kernels (notebook 04, section 5).
 
 ``torch.compile`` fuses the step into a few generated kernels; this is the step written as one, for
-the floor's third column (eager, compiled, fused). Each lane steps one game: it reads the game's
-numbers once, the stamps it looks at and the row counts it changes or places food by, does the move,
-the restart and the food placement in registers, and writes back only what changed. A lane never
-reads what it has written (no barrier, no ordering question on a GPU): where ``VecSnake`` reads a
-cell it has just stamped (placing food after a restart), the kernel corrects the old value instead.
+the floor's third column (eager, compiled, fused). In ``fused_step`` each lane steps one game: it
+reads the game's numbers once, the stamps it looks at and the row counts it changes or places food
+by, does the move, the restart and the food placement in registers, and writes back only what
+changed. A lane never reads what it has written (no barrier, no ordering question on a GPU): where
+``VecSnake`` reads a cell it has just stamped (placing food after a restart), the kernel corrects
+the old value instead. A grid observation is 3 x H x W floats a game, twice a step: one game a lane
+would scatter them, so "grid" launches a second kernel, ``fused_grid_observe``, whose neighbouring
+lanes write neighbouring cells of the same game.
 
 The same games as ``VecSnake.step_tensors``, bit for bit, which the tests check step by step.
 Triton runs on a GPU; on a CPU only in its interpreter (``TRITON_INTERPRET=1`` set before this
@@ -89,17 +92,22 @@ def _store_features(out, games, mask, danger, direction, head, food, no_food, P:
 
 
 @_jit
-def fused_features_step(
+def fused_step(
     # the state, read and written in place (``VecSnakeState``)
     stamp, ring, row_free, clock, length, head, direction, food, steps_since_food, episode_steps, counter, env_keys,
     actions,
     # outputs
-    obs, final_obs, reward, terminated, truncated, done_out, score, episode_length, won_out,
+    obs, final_obs, last, reward, terminated, truncated, done_out, score, episode_length, won_out,
     N, MAX_STEPS,
     H: tl.constexpr, W: tl.constexpr, P: tl.constexpr, RING: tl.constexpr, START_HEAD: tl.constexpr,
-    BLOCK: tl.constexpr,
+    GRID: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """One step of N games of "features" Snake, one game per lane; ``counter`` must already be advanced."""
+    """One step of N games of Snake, one game per lane; ``counter`` must already be advanced.
+
+    "features" (``GRID`` false): writes ``obs`` and ``final_obs``. "grid": leaves them, and a
+    restarted game's three start stamps, to ``fused_grid_observe``, and writes ``last`` (N, 4) for it:
+    the last position's body base (a stamp above it is body), length, head and food (-1 if won).
+    """
     g = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = g < N
     games = g.to(tl.int64)
@@ -137,12 +145,17 @@ def fused_features_step(
     trunc = (sf >= MAX_STEPS) & (term == 0)
     done = term | trunc
 
-    # The last observation: danger straight, right and left of the head (a wall, or body but the tail).
-    tail_time = ck - ln + 1
-    danger = (tl.load(stamp + at + hd + _offset(d, P), mask=m, other=0) > tail_time).to(tl.int32)
-    danger += 2 * (tl.load(stamp + at + hd + _offset((d + 1) % 4, P), mask=m, other=0) > tail_time).to(tl.int32)
-    danger += 4 * (tl.load(stamp + at + hd + _offset((d + 3) % 4, P), mask=m, other=0) > tail_time).to(tl.int32)
-    _store_features(final_obs, games, m, danger, d, hd, fd, won, P)
+    if GRID:  # what the last observation is drawn from
+        tl.store(last + games * 4, ck - ln, mask=m)
+        tl.store(last + games * 4 + 1, ln, mask=m)
+        tl.store(last + games * 4 + 2, hd, mask=m)
+        tl.store(last + games * 4 + 3, tl.where(won, -1, fd), mask=m)
+    else:  # the last observation: danger straight, right and left of the head (a wall, or body but the tail)
+        tail_time = ck - ln + 1
+        danger = (tl.load(stamp + at + hd + _offset(d, P), mask=m, other=0) > tail_time).to(tl.int32)
+        danger += 2 * (tl.load(stamp + at + hd + _offset((d + 1) % 4, P), mask=m, other=0) > tail_time).to(tl.int32)
+        danger += 4 * (tl.load(stamp + at + hd + _offset((d + 3) % 4, P), mask=m, other=0) > tail_time).to(tl.int32)
+        _store_features(final_obs, games, m, danger, d, hd, fd, won, P)
     tl.store(score + games, (ln - 3).to(score.dtype.element_ty), mask=m)
     tl.store(episode_length + games, ep, mask=m)
 
@@ -197,8 +210,8 @@ def fused_features_step(
     col = tl.minimum(col, W - 1)
     fd = tl.where(need, (row + 1) * P + col, fd)
 
-    # The next observation: a restarted snake sees no danger; food is never missing after a restart.
-    _store_features(obs, games, m, tl.where(done, 0, danger), d, hd, fd, tl.zeros([BLOCK], dtype=tl.int32), P)
+    if not GRID:  # the next observation: a restarted snake sees no danger; food is never missing after a restart
+        _store_features(obs, games, m, tl.where(done, 0, danger), d, hd, fd, tl.zeros([BLOCK], dtype=tl.int32), P)
     tl.store(reward + games, ate.to(tl.float32) - dead.to(tl.float32), mask=m)
     tl.store(terminated + games, term, mask=m)
     tl.store(truncated + games, trunc, mask=m)
@@ -206,10 +219,12 @@ def fused_features_step(
     tl.store(won_out + games, won, mask=m)
 
     # Write the state back: the head's stamp and ring slot, and a restarted snake's two other cells
-    # (the start body runs left from its head: head - 1, head - 2 in the bordered layout).
+    # (the start body runs left from its head: head - 1, head - 2 in the bordered layout). For "grid",
+    # a restarted game's stamps wait: ``fused_grid_observe`` reads the old ones for its last observation.
     for age in tl.static_range(3):
         write = m if age == 0 else m & done
-        tl.store(stamp + at + hd - age, (ck - age).to(stamp.dtype.element_ty), mask=write)
+        stamp_write = write & (done == 0) if GRID else write
+        tl.store(stamp + at + hd - age, (ck - age).to(stamp.dtype.element_ty), mask=stamp_write)
         tl.store(ring + ring_at + ((ck - age) & (RING - 1)), (hd - age).to(ring.dtype.element_ty), mask=write)
     # The numbers that change every step, then those that change only when the snake turns, eats or restarts.
     tl.store(clock + games, ck.to(clock.dtype.element_ty), mask=m)
@@ -221,51 +236,115 @@ def fused_features_step(
     tl.store(food + games, fd.to(food.dtype.element_ty), mask=need)
 
 
+@_jit
+def fused_grid_observe(
+    stamp, last, done, head, food,  # after ``fused_step``: the state, its ``last`` and ``done_out``
+    obs, final_obs, N,
+    H: tl.constexpr, W: tl.constexpr, P: tl.constexpr, START_HEAD: tl.constexpr,
+    GAMES: tl.constexpr, CELLS: tl.constexpr,
+):
+    """The "grid" observations (N, 3, H, W) of a step, ``GAMES`` games a program and ``CELLS`` cells
+    at a time, so neighbouring lanes write neighbouring floats; and a restarted game's start stamps.
+
+    Each cell: its head, body (the remaining lifetime over the length) and food channels, as
+    ``VecSnake._observe_grid`` and ``_next_grid`` give them. A lane writes a start stamp only
+    after reading the old one there, for the last observation.
+    """
+    g = tl.program_id(0) * GAMES + tl.arange(0, GAMES)[:, None]
+    gm = g < N
+    games = g.to(tl.int64)
+    base = tl.load(last + games * 4, mask=gm, other=0)
+    ln = tl.load(last + games * 4 + 1, mask=gm, other=1)
+    last_head = tl.load(last + games * 4 + 2, mask=gm, other=-1)
+    last_food = tl.load(last + games * 4 + 3, mask=gm, other=-1)
+    restarted = tl.load(done + games, mask=gm, other=0) != 0
+    hd = tl.load(head + games, mask=gm, other=-1).to(tl.int32)
+    fd = tl.load(food + games, mask=gm, other=-1).to(tl.int32)
+    clock = base + ln + 3  # a restarted game's clock: the last one jumped by 3
+    at = games * ((H + 2) * P)
+    out_at = games * (3 * H * W)
+    for first in range(0, H * W, CELLS):
+        c = first + tl.arange(0, CELLS)[None, :]
+        cm = gm & (c < H * W)
+        cell = (c // W + 1) * P + c % W  # in the bordered layout
+        s = tl.load(stamp + at + cell, mask=cm, other=0)
+        # Division, not a reciprocal multiply: the correctly rounded (length - i) / length of the rules.
+        life = tl.math.div_rn(tl.maximum(s - base, 0).to(tl.float32), ln.to(tl.float32))
+        body = tl.where(cell == last_head, 1.0, life)  # the head's own stamp may not be written yet
+        tl.store(final_obs + out_at + c, (cell == last_head).to(tl.float32), mask=cm)
+        tl.store(final_obs + out_at + H * W + c, body, mask=cm)
+        tl.store(final_obs + out_at + 2 * H * W + c, (cell == last_food).to(tl.float32), mask=cm)
+        # The next: a game going on shows the same head and body; a restarted one the start snake.
+        age = START_HEAD - cell
+        start = restarted & (age >= 0) & (age < 3)
+        start_life = tl.where(start, tl.math.div_rn((3 - age).to(tl.float32), 3.0), 0.0)
+        tl.store(obs + out_at + c, (cell == hd).to(tl.float32), mask=cm)
+        tl.store(obs + out_at + H * W + c, tl.where(restarted, start_life, body), mask=cm)
+        tl.store(obs + out_at + 2 * H * W + c, (cell == fd).to(tl.float32), mask=cm)
+        tl.store(stamp + at + cell, (clock - age).to(stamp.dtype.element_ty), mask=cm & start)
+
+
 GAMES_PER_PROGRAM = 128
-"""Games a program steps, one per lane: Triton's default 4 warps of 32 lanes."""
+"""Games ``fused_step``'s program steps, one per lane: Triton's default 4 warps of 32 lanes."""
+
+GRID_TILE = 1024
+"""Cells of observation (games x cells) ``fused_grid_observe``'s program writes at a time: 8 a lane."""
 
 
 class FusedStep:
-    """``env.step_tensors`` of a ``"features"`` ``VecSnake`` as one kernel launch (plus the clock sweep).
+    """``env.step_tensors`` of a ``"features"`` or ``"grid"`` ``VecSnake`` as one kernel launch, two
+    for "grid" (plus the clock sweep before them).
 
     Call it with actions as ``step_tensors`` takes them (an integer tensor (N,) of 0..2 on the env's
     device, not checked: ``check_action_values`` has no fused form) and it returns the same
     ``(obs, reward, terminated, truncated, info)``, stepping the env's own state.
     """
 
+    OBS_TYPES = ("features", "grid")
+
     def __init__(self, env):
-        if env.obs_type != "features":
-            raise ValueError(f"env.obs_type={env.obs_type!r}: the fused step is written for 'features' only")
+        if env.obs_type not in self.OBS_TYPES:
+            raise ValueError(f"env.obs_type={env.obs_type!r}: the fused step is written for {self.OBS_TYPES} only")
         why = triton_missing(env.device)
         if why is not None:
             raise RuntimeError(why)
         self.env = env
-        self._grid = (-(-env.num_envs // GAMES_PER_PROGRAM),)
 
     def __call__(self, actions: torch.Tensor):
         env = self.env
         env._sweep_rebase()  # a few games' times shifted down, as step_tensors does first
         env._counter.add_(1)  # the random stream's step (``_random_below``)
-        arguments, constants, out = self.launch_arguments(actions)
-        fused_features_step[self._grid](*arguments, **constants)
+        launches, out = self.launches(actions)
+        for kernel, grid, arguments, constants in launches:
+            kernel[grid](*arguments, **constants)
         info = {"final_obs": out["final_obs"], "_final_obs": out["done"], "_episode": out["done"],
                 "episode": {"score": out["score"], "length": out["length"], "won": out["won"]}}
         return out["obs"], out["reward"], out["terminated"], out["truncated"], info
 
-    def launch_arguments(self, actions: torch.Tensor):
-        """The kernel's arguments in order (the env's state, ``actions``, fresh outputs, N and the
-        truncation limit), its compile-time constants, and the outputs by name."""
+    def launches(self, actions: torch.Tensor):
+        """The kernels to launch in order, each as (kernel, grid, arguments, compile-time constants),
+        and the fresh outputs they write, by name."""
         env = self.env
-        N, dev = env.num_envs, env.device
+        N, dev, grid_obs = env.num_envs, env.device, env.obs_type == "grid"
         flag = dict(dtype=torch.bool, device=dev)
-        out = {"obs": torch.empty(N, rules.NUM_FEATURES, device=dev), "final_obs": torch.empty(N, rules.NUM_FEATURES, device=dev),
+        obs_shape = (N, 3, env.height, env.width) if grid_obs else (N, rules.NUM_FEATURES)
+        out = {"obs": torch.empty(obs_shape, device=dev), "final_obs": torch.empty(obs_shape, device=dev),
+               "last": torch.empty((N, 4) if grid_obs else 0, dtype=torch.int32, device=dev),
                "reward": torch.empty(N, device=dev), "terminated": torch.empty(N, **flag),
                "truncated": torch.empty(N, **flag), "done": torch.empty(N, **flag),
                "score": torch.empty(N, dtype=env._length.dtype, device=dev),
                "length": torch.empty(N, dtype=torch.int64, device=dev), "won": torch.empty(N, **flag)}  # the kernel's order
-        arguments = [env._stamp, env._ring, env._row_free, env._clock, env._length, env._head, env._direction, env._food,
-                     env._steps_since_food, env._episode_steps, env._counter, env._env_keys, actions,
-                     *out.values(), N, env.max_steps_without_food]
-        constants = dict(H=env.height, W=env.width, P=env._pitch, RING=env._ring_size, START_HEAD=env._start_head,
-                         BLOCK=GAMES_PER_PROGRAM)
-        return arguments, constants, out
+        board = dict(H=env.height, W=env.width, P=env._pitch, START_HEAD=env._start_head)
+        step = (fused_step, (-(-N // GAMES_PER_PROGRAM),),
+                [env._stamp, env._ring, env._row_free, env._clock, env._length, env._head, env._direction, env._food,
+                 env._steps_since_food, env._episode_steps, env._counter, env._env_keys, actions,
+                 *out.values(), N, env.max_steps_without_food],
+                dict(board, RING=env._ring_size, GRID=grid_obs, BLOCK=GAMES_PER_PROGRAM))
+        if not grid_obs:
+            return [step], out
+        cells = min(triton.next_power_of_2(env.height * env.width), GRID_TILE // 4)
+        games = GRID_TILE // cells
+        observe = (fused_grid_observe, (-(-N // games),),
+                   [env._stamp, out["last"], out["done"], env._head, env._food, out["obs"], out["final_obs"], N],
+                   dict(board, GAMES=games, CELLS=cells))
+        return [step, observe], out
