@@ -20,6 +20,7 @@ from rlgpu_helpers.snake import rules  # noqa: E402
 from rlgpu_helpers.snake.rules import SnakeState  # noqa: E402
 from rlgpu_helpers.snake.vec import VecSnake  # noqa: E402
 from rlgpu_helpers.snake.vec_fused import FusedStep  # noqa: E402
+from test_vec_narrow import EDGE, aligned, push_times  # noqa: E402
 
 
 def near_win() -> SnakeState:
@@ -42,14 +43,17 @@ def assert_same_step(eager, fused, where: str) -> None:
 
 def lockstep(height: int, width: int, num_envs: int, steps: int, seed: int, device: str = "cpu",
              max_steps_without_food: int | None = None, near_wins: tuple[int, ...] = (),
-             obs_type: str = "features") -> dict:
+             obs_type: str = "features", late_clocks: bool = False) -> dict:
     """Step an eager and a fused env of the same seed with the same random actions; compare every
-    output and the whole state after every step. ``near_wins``: games set one move from filling a 4x4 board."""
+    output and the whole state after every step. ``near_wins``: games set one move from filling a 4x4
+    board; ``late_clocks``: every game's times pushed near 2**31, for the clock sweep to bring down."""
     envs = [VecSnake(num_envs, height, width, obs_type=obs_type, max_steps_without_food=max_steps_without_food,
                      device=device, seed=seed, check_action_values=False) for _ in range(2)]
     for env in envs:
         for game in near_wins:
             env.set_state(game, near_win())
+        for game in range(num_envs) if late_clocks else ():
+            push_times(env, game, aligned(env, game, EDGE))
     eager, fused = envs[0].step_tensors, FusedStep(envs[1])
     generator = torch.Generator().manual_seed(seed)
     seen = dict.fromkeys(("steps", "ate", "died", "truncated", "won"), 0)
@@ -76,6 +80,7 @@ BOARDS = {
     "4x4 wins": dict(height=4, width=4, num_envs=9, steps=40, seed=5, near_wins=(1, 4)),
     "5x7 truncations": dict(height=5, width=7, num_envs=37, steps=120, seed=7, max_steps_without_food=6),
     "64x64": dict(height=64, width=64, num_envs=40, steps=25, seed=9),
+    "6x7 late clocks": dict(height=6, width=7, num_envs=16, steps=40, seed=13, late_clocks=True),
 }
 LIGHTER_GRID = {"10x10, two programs": dict(steps=30), "64x64": dict(num_envs=12)}  # Triton's interpreter is slow
 CASES = {**{f"features {name}": dict(board, obs_type="features") for name, board in BOARDS.items()},

@@ -4,11 +4,11 @@
 the floor's third column (eager, compiled, fused). In ``fused_step`` each lane steps one game: it
 reads the game's numbers once, the stamps it looks at and the row counts it changes or places food
 by, does the move, the restart and the food placement in registers, and writes back only what
-changed. A lane never reads what it has written (no barrier, no ordering question on a GPU): where
-``VecSnake`` reads a cell it has just stamped (placing food after a restart), the kernel corrects
-the old value instead. A grid observation is 3 x H x W floats a game, twice a step: one game a lane
-would scatter them, so "grid" launches a second kernel, ``fused_grid_observe``, whose neighbouring
-lanes write neighbouring cells of the same game.
+changed. A lane never reads what it has written: where ``VecSnake`` reads a cell it has just
+stamped (placing food after a restart), the kernel corrects the old value instead. The one
+exception, behind one barrier, is the clock sweep's rebase of a game's stamps. A grid observation
+is 3 x H x W floats a game, twice a step: one game a lane would scatter them, so "grid" launches a
+second kernel, ``fused_grid_observe``, whose neighbouring lanes write neighbouring cells of a game.
 
 The same games as ``VecSnake.step_tensors``, bit for bit, which the tests check step by step.
 Triton runs on a GPU; on a CPU only in its interpreter (``TRITON_INTERPRET=1`` set before this
@@ -95,14 +95,14 @@ def _store_features(out, games, mask, danger, direction, head, food, no_food, P:
 def fused_step(
     # the state, read and written in place (``VecSnakeState``)
     stamp, ring, row_free, clock, length, head, direction, food, steps_since_food, episode_steps, counter, env_keys,
-    actions,
+    sweep, actions,
     # outputs
     obs, final_obs, last, reward, terminated, truncated, done_out, score, episode_length, won_out,
     N, MAX_STEPS,
     H: tl.constexpr, W: tl.constexpr, P: tl.constexpr, RING: tl.constexpr, START_HEAD: tl.constexpr,
-    GRID: tl.constexpr, BLOCK: tl.constexpr,
+    SWEEP_GAMES: tl.constexpr, GRID: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    """One step of N games of Snake, one game per lane; ``counter`` must already be advanced.
+    """One step of N games of Snake, one game per lane; ``counter`` and ``sweep`` must already be advanced.
 
     "features" (``GRID`` false): writes ``obs`` and ``final_obs``. "grid": leaves them, and a
     restarted game's three start stamps, to ``fused_grid_observe``, and writes ``last`` (N, 4) for it:
@@ -122,6 +122,24 @@ def fused_step(
     fd = tl.load(food + games, mask=m, other=P).to(tl.int32)
     ck = tl.load(clock + games, mask=m, other=0).to(tl.int32)
     ln = tl.load(length + games, mask=m, other=3).to(tl.int32)
+
+    # The clock sweep first (``VecSnakeState._sweep_rebase``): the ``SWEEP_GAMES`` games after the
+    # last sweep's shift their times down by ``clock - length`` rounded down to the ring's size. The
+    # program that holds such a game rewrites its stamps, all its lanes a cell each, and waits at a
+    # barrier for them before any lane reads a stamp: the one place where lanes read others' writes.
+    first = ((tl.load(sweep) - 1) * SWEEP_GAMES) % N
+    for k in tl.static_range(SWEEP_GAMES):  # one game below 2**24 games
+        game = (first + k) % N
+        if (game >= tl.program_id(0) * BLOCK) & (game < (tl.program_id(0) + 1) * BLOCK):
+            game_shift = (tl.load(clock + game) - tl.load(length + game)) & -RING
+            for c0 in range(0, H * W, BLOCK):
+                c = c0 + tl.arange(0, BLOCK)
+                cell = game * ((H + 2) * P) + (c // W + 1) * P + c % W
+                old = tl.load(stamp + cell, mask=c < H * W, other=0)
+                tl.store(stamp + cell, tl.maximum(old - game_shift, 0).to(stamp.dtype.element_ty), mask=c < H * W)
+    tl.debug_barrier()
+    swept = m & ((games - first + N) % N < SWEEP_GAMES)
+    ck = ck - tl.where(swept, (ck - ln) & -RING, 0)
     sf = tl.load(steps_since_food + games, mask=m, other=0).to(tl.int32)
     ep = tl.load(episode_steps + games, mask=m, other=0).to(tl.int64)
     key = tl.load(env_keys + games, mask=m, other=0).to(tl.int64)
@@ -293,7 +311,7 @@ GRID_TILE = 1024
 
 class FusedStep:
     """``env.step_tensors`` of a ``"features"`` or ``"grid"`` ``VecSnake`` as one kernel launch, two
-    for "grid" (plus the clock sweep before them).
+    for "grid" (after one small launch that advances the env's two step counters).
 
     Call it with actions as ``step_tensors`` takes them (an integer tensor (N,) of 0..2 on the env's
     device, not checked: ``check_action_values`` has no fused form) and it returns the same
@@ -312,8 +330,9 @@ class FusedStep:
 
     def __call__(self, actions: torch.Tensor):
         env = self.env
-        env._sweep_rebase()  # a few games' times shifted down, as step_tensors does first
-        env._counter.add_(1)  # the random stream's step (``_random_below``)
+        # The random stream's step (``_random_below``) and the clock sweep's, in one launch; the
+        # kernel rebases the sweep's games itself.
+        torch._foreach_add_([env._counter, env._sweep], 1)
         launches, out = self.launches(actions)
         for kernel, grid, arguments, constants in launches:
             kernel[grid](*arguments, **constants)
@@ -337,9 +356,9 @@ class FusedStep:
         board = dict(H=env.height, W=env.width, P=env._pitch, START_HEAD=env._start_head)
         step = (fused_step, (-(-N // GAMES_PER_PROGRAM),),
                 [env._stamp, env._ring, env._row_free, env._clock, env._length, env._head, env._direction, env._food,
-                 env._steps_since_food, env._episode_steps, env._counter, env._env_keys, actions,
+                 env._steps_since_food, env._episode_steps, env._counter, env._env_keys, env._sweep, actions,
                  *out.values(), N, env.max_steps_without_food],
-                dict(board, RING=env._ring_size, GRID=grid_obs, BLOCK=GAMES_PER_PROGRAM))
+                dict(board, RING=env._ring_size, SWEEP_GAMES=env._sweep_games, GRID=grid_obs, BLOCK=GAMES_PER_PROGRAM))
         if not grid_obs:
             return [step], out
         cells = min(triton.next_power_of_2(env.height * env.width), GRID_TILE // 4)
