@@ -104,7 +104,7 @@ def comparison(name: str, estimate_s: int, **launches) -> Step:
 # settings, the launch comparison, the calls that have never run, and last those that have.
 CALLS = (
     Call("the GPU tests; the env step against its memory floor", (
-        # 70 tests, one compiling the preset at full size, 10 the fused steps' Triton kernels, on 4 workers;
+        # 66 tests, one compiling the preset at full size, 12 the fused steps' Triton kernels, on 4 workers;
         # then the 3 that need the GPU alone
         Step("GPU tests", 180, tests="tests -m 'gpu and not gpu_alone'", workers=4),
         Step("GPU tests, the GPU alone", 40, tests="tests -m 'gpu and gpu_alone'"),

@@ -288,7 +288,7 @@ def fused_grid_observe(
         s = tl.load(stamp + at + cell, mask=cm, other=0)
         # Division, not a reciprocal multiply: the correctly rounded (length - i) / length of the rules.
         life = tl.math.div_rn(tl.maximum(s - base, 0).to(tl.float32), ln.to(tl.float32))
-        body = tl.where(cell == last_head, 1.0, life)  # the head's own stamp may not be written yet
+        body = tl.where(cell == last_head, 1.0, life)  # a restarted game's last head was never stamped
         tl.store(final_obs + out_at + c, (cell == last_head).to(tl.float32), mask=cm)
         tl.store(final_obs + out_at + H * W + c, body, mask=cm)
         tl.store(final_obs + out_at + 2 * H * W + c, (cell == last_food).to(tl.float32), mask=cm)
