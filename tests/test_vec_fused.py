@@ -35,11 +35,14 @@ def test_in_tritons_interpreter_the_fused_step_plays_the_eager_steps_games():
 TRITON_TYPES = {torch.int32: "i32", torch.int64: "i64", torch.float32: "fp32", torch.bool: "i1"}
 
 
+@pytest.mark.parametrize("aligned", [False, True], ids=["unspecialized", "as-launched"])
 @pytest.mark.parametrize("obs_type", FusedStep.OBS_TYPES)
 @pytest.mark.parametrize("height, width", [(10, 10), (4, 4), (5, 7), (64, 64)])
-def test_the_kernels_compile_to_code_for_an_h100_here(monkeypatch, height, width, obs_type):
+def test_the_kernels_compile_to_code_for_an_h100_here(monkeypatch, height, width, obs_type, aligned):
     """Triton's compiler and its ptxas need no GPU: each kernel, given the env's own argument types,
-    becomes machine code for an H100's or H200's sm_90 (what the GPU machines would build)."""
+    becomes machine code for an H100's or H200's sm_90 (what the GPU machines would build). A launch
+    also tells the compiler which pointers and sizes are multiples of 16 (``aligned``: all of them,
+    as for torch's allocations and N = 4,096), and the code can differ (vector stores where it may)."""
     triton = pytest.importorskip("triton")
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -55,7 +58,9 @@ def test_the_kernels_compile_to_code_for_an_h100_here(monkeypatch, height, width
         signature = {name: ("*" + TRITON_TYPES[value.dtype] if isinstance(value, torch.Tensor) else "i32")
                      for name, value in zip(kernel.arg_names, arguments)}
         signature.update(dict.fromkeys(constants, "constexpr"))
-        compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constants),
+        attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
+                 if aligned and (signature[name].startswith("*") or name == "N")}
+        compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constants, attrs=attrs),
                                   target=GPUTarget("cuda", 90, 32))
         assert len(compiled.asm["cubin"]) > 5_000 and ".target sm_90" in compiled.asm["ptx"]
 
