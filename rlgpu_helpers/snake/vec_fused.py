@@ -5,8 +5,8 @@ the floor's third column (eager, compiled, fused). In ``fused_step`` each lane s
 reads the game's numbers once, the stamps it looks at and the row counts it changes or places food
 by, does the move, the restart and the food placement in registers, and writes back only what
 changed. A lane never reads what it has written: where ``VecSnake`` reads a cell it has just
-stamped (placing food after a restart), the kernel corrects the old value instead. The one
-exception, behind one barrier, is the clock sweep's rebase of a game's stamps. A grid observation
+stamped (placing food after a restart), the kernel corrects the old value instead. Lanes wait for
+one another once, at a barrier after the clock sweep's rebase of a game's stamps. A grid observation
 is 3 x H x W floats a game, twice a step: one game a lane would scatter them, so "grid" launches a
 second kernel, ``fused_grid_observe``, whose neighbouring lanes write neighbouring cells of a game.
 
