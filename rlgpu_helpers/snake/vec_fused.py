@@ -64,6 +64,12 @@ def _hash32(x):
 
 
 @_jit
+def _inside(c, W: tl.constexpr, P: tl.constexpr):
+    """The bordered layout's index of the board's ``c``-th cell, counting row by row (``vec_state._inside_cells``)."""
+    return (c // W + 1) * P + c % W
+
+
+@_jit
 def _offset(direction, P: tl.constexpr):
     """One step up, right, down or left in the bordered layout of row pitch ``P``."""
     return tl.where(direction == 0, -P, tl.where(direction == 1, 1, tl.where(direction == 2, P, -1)))
@@ -134,7 +140,7 @@ def fused_step(
             game_shift = (tl.load(clock + game) - tl.load(length + game)) & -RING
             for c0 in range(0, H * W, BLOCK):
                 c = c0 + tl.arange(0, BLOCK)
-                cell = game * ((H + 2) * P) + (c // W + 1) * P + c % W
+                cell = game * ((H + 2) * P) + _inside(c, W, P)
                 old = tl.load(stamp + cell, mask=c < H * W, other=0)
                 tl.store(stamp + cell, tl.maximum(old - game_shift, 0).to(stamp.dtype.element_ty), mask=c < H * W)
     tl.debug_barrier()
@@ -284,7 +290,7 @@ def fused_grid_observe(
     for first in range(0, H * W, CELLS):
         c = first + tl.arange(0, CELLS)[None, :]
         cm = gm & (c < H * W)
-        cell = (c // W + 1) * P + c % W  # in the bordered layout
+        cell = _inside(c, W, P)
         s = tl.load(stamp + at + cell, mask=cm, other=0)
         # Division, not a reciprocal multiply: the correctly rounded (length - i) / length of the rules.
         life = tl.math.div_rn(tl.maximum(s - base, 0).to(tl.float32), ln.to(tl.float32))
