@@ -98,21 +98,41 @@ def test_the_tables_set_each_figure_beside_its_floor_and_list_the_largest_shares
         env_floor.op_share_table(shares, limit=0)
 
 
-def test_the_suite_hands_the_figures_over_before_the_profile(monkeypatch):
-    """A profile that fails (no CUPTI on a GPU machine, say) leaves the floor's figures saved."""
-    def no_profiler(*args, **kwargs):
-        raise RuntimeError("the profiler recorded no GPU time for the step")
+class BrokenFusedStep:
+    """A fused step whose kernels do not build on this GPU."""
 
-    monkeypatch.setattr(env_floor, "step_op_shares", no_profiler)
-    saved = []
-    with pytest.raises(RuntimeError, match="profiler"):
-        env_floor.measure_env_floor("cpu", progress=False, save=saved.append)
-    (figures,) = saved
-    assert {r.variant for r in figures if r.name == NAME} == {
-        "VecSnake features", "VecSnake features, compiled", "VecSnake grid", "VecSnake grid, compiled"}
-    monkeypatch.undo()
+    def __init__(self, env):
+        raise RuntimeError("out of resources: the kernel needs more registers than this GPU has")
+
+
+@pytest.mark.parametrize("failing", ["fused", "profile"])
+def test_the_suite_hands_each_part_over_as_it_ends(monkeypatch, failing):
+    """A fused kernel or a profile that fails (no CUPTI on a GPU machine, say) leaves the figures
+    measured before it saved: eager and compiled first, then fused, then the profile."""
+    monkeypatch.setattr(env_floor, "fused_missing", lambda device: None)
+    monkeypatch.setattr(env_floor, "FusedStep", StandInFusedStep)
+    if failing == "fused":
+        monkeypatch.setattr(env_floor, "FusedStep", BrokenFusedStep)
+    else:
+        def no_profiler(*args, **kwargs):
+            raise RuntimeError("the profiler recorded no GPU time for the step")
+
+        monkeypatch.setattr(env_floor, "step_op_shares", no_profiler)
     monkeypatch.setenv("RLGPU_QUICK", "1")
-    saved.clear()
+    saved = []
+    with pytest.raises(RuntimeError, match="registers" if failing == "fused" else "profiler"):
+        env_floor.measure_env_floor("cpu", progress=False, save=saved.append)
+    assert len(saved) == (1 if failing == "fused" else 2)
+    assert {r.variant for r in saved[0] if r.name == NAME} == {
+        "VecSnake features", "VecSnake features, compiled", "VecSnake grid", "VecSnake grid, compiled"}
+    if failing == "profile":
+        assert {r.variant for r in saved[1] if r.name == NAME} == {"VecSnake features, fused", "VecSnake grid, fused"}
+
+
+def test_the_suite_is_three_parts_and_on_a_cpu_its_fused_part_says_why_it_is_empty(monkeypatch, capsys):
+    monkeypatch.setenv("RLGPU_QUICK", "1")
+    saved = []
     records = env_floor.measure_env_floor("cpu", progress=False, save=saved.append)
-    assert len(saved) == 2 and records == saved[0] + saved[1]
-    assert {r.name for r in saved[1]} == {env_floor.OPS_NAME}
+    assert len(saved) == 3 and records == saved[0] + saved[1] + saved[2]
+    assert saved[1] == [] and "fused step: not measured here" in capsys.readouterr().out
+    assert {r.name for r in saved[2]} == {env_floor.OPS_NAME}

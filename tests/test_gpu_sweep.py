@@ -48,13 +48,14 @@ def test_every_suite_is_in_a_call_and_every_step_takes_its_options():
 
 
 def test_the_calls_go_by_issue_34s_order_and_two_fit_a_quarter_hour():
-    """The GPU tests and the env step against its floor (issue 38: the first call), the time to win on seed 0,
+    """The env step against its floor (issue 38) and the GPU tests (the first call), the time to win on seed 0,
     then seeds 1, 2 and a held-out one, the preset's launch settings, the launch comparison, the calls that never
     ran on a GPU, and last those on file for earlier code."""
     names = [[step.name for step in call.steps] for call in sweep.CALLS]
-    assert names[0] == ["GPU tests", "GPU tests, the GPU alone", "env step floor"]
+    assert names[0] == ["env step floor: eager and compiled", "env step floor: fused",
+                        "env step floor: where an eager step's time goes", "GPU tests", "GPU tests, the GPU alone"]
     assert names[2] == ["time to win: seed 1", "win speed: eager"]
-    shared, alone = STEPS[0], STEPS[1]
+    shared, alone = STEPS[3], STEPS[4]
     assert shared.workers > 1 and "not gpu_alone" in shared.tests and alone.workers == 1
     assert [call[0] for call in names[1:5]] == ["time to win: seed 0", "time to win: seed 1", "time to win: seed 2",
                                                 f"time to win: seed {HELD_OUT_SEED} (held out)"]

@@ -1,6 +1,6 @@
 """The GPU sweep's calls, in order of value, and their steps: what ``tools/gpu_sweep.py`` runs.
 
-The GPU tests, the env step against its memory floor (``bench.env_floor``) and the tuning of the
+The env step against its memory floor (``bench.env_floor``), the GPU tests and the tuning of the
 ``"win"`` preset (``bench win_speed``) first; its time to win
 (trained for 3 minutes, then 1,000 games each way) on seed 0, then on seeds 1 and 2 and a held-out
 seed; the launch comparison (the preset's learning a minute each eager, in 16 bits, graphed,
@@ -69,6 +69,7 @@ class Call:
 
 
 GRAPHS = "rlgpu_helpers.bench.graphs"
+FLOOR = "rlgpu_helpers.bench.env_floor"
 CHOICE = "capstone: the settings chosen on the GPU"
 WIN_SIZES = {"budget_s": 180.0, "games": 1000}
 """Every time-to-win step's sizes: the GPU target's 3 minutes of training, then 1,000 games each way (its seed is
@@ -99,18 +100,23 @@ def comparison(name: str, estimate_s: int, **launches) -> Step:
 # tests had done 80% in 257 s on 8 workers), guesses elsewhere: a timed point of a suite takes about 1.5 s, a
 # torch.compile 10 to 60 s (the win preset's rollout, GAE and update took 44 s on a 2-core CPU, cold), a step's
 # process about 5 s to start. The calls go by issue 34's order, with issue 38's env step in the first call (which
-# moved the tuning's launch settings after the held-out seed, and its eager rungs beside seed 1): the GPU tests
-# and the env step, the time to win on seed 0, then on seeds 1, 2 and a held-out seed, the tuning's launch
+# moved the tuning's launch settings after the held-out seed, and its eager rungs beside seed 1): the env step
+# and the GPU tests, the time to win on seed 0, then on seeds 1, 2 and a held-out seed, the tuning's launch
 # settings, the launch comparison, the calls that have never run, and last those that have.
 CALLS = (
-    Call("the GPU tests; the env step against its memory floor", (
+    Call("the env step against its memory floor; the GPU tests", (
+        # issue 38's targets first (the GPU tests ran in both earlier leases, the env floor never): features at
+        # 4,194,304 games and grid at 1,048,576, eager and compiled (2 compiles); then fused (Triton kernels never
+        # run on a GPU before: 2 compiles) in a process of its own, so that a kernel that fails, or leaves the GPU
+        # unusable, costs only its own figures; then 2 x 23 eager steps profiled
+        Step("env step floor: eager and compiled", 75, "env_floor", f"{FLOOR}:floor_throughput",
+             {"modes": ("eager", "compiled")}),
+        Step("env step floor: fused", 40, "env_floor", f"{FLOOR}:floor_throughput", {"modes": ("fused",)}),
+        Step("env step floor: where an eager step's time goes", 25, "env_floor", f"{FLOOR}:step_op_shares"),
         # 66 tests, one compiling the preset at full size, 12 the fused steps' Triton kernels, on 4 workers;
         # then the 3 that need the GPU alone
         Step("GPU tests", 180, tests="tests -m 'gpu and not gpu_alone'", workers=4),
         Step("GPU tests, the GPU alone", 40, tests="tests -m 'gpu and gpu_alone'"),
-        # issue 38's targets: features at 4,194,304 games and grid at 1,048,576, eager and compiled (2 compiles)
-        # and fused (Triton kernels: 2 compiles), then 2 x 23 eager steps profiled
-        Step("env step floor", 120, "env_floor"),
     )),
     Call("the time to win on seed 0; the preset's tuning: the shapes of the work", (
         time_to_win(0),

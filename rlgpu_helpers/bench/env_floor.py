@@ -234,10 +234,13 @@ def op_share_table(records, limit: int = 8) -> Table:
 
 def measure_env_floor(device: str | torch.device | None = None, progress: bool = True,
                       save: Callable[[list[Record]], object] | None = None) -> list[Record]:
-    """The ``env_floor`` bench suite: :func:`floor_throughput`, then :func:`step_op_shares`, at the
-    default sizes (on a GPU the targets' 4,194,304 features and 1,048,576 grid games). ``save``: called
-    with each part's records as soon as it ends (the GPU sweep: a profile that fails keeps the figures)."""
-    parts = (lambda: floor_throughput(device, progress=progress), lambda: step_op_shares(device))
+    """The ``env_floor`` bench suite at the default sizes (on a GPU the targets' 4,194,304 features and
+    1,048,576 grid games), in three parts: :func:`floor_throughput` eager and compiled, then fused,
+    then :func:`step_op_shares`. ``save``: called with each part's records as soon as it ends, so
+    that a fused kernel or a profile that fails keeps the figures made before it."""
+    parts = (lambda: floor_throughput(device, modes=("eager", "compiled"), progress=progress),
+             lambda: floor_throughput(device, modes=("fused",), progress=progress),
+             lambda: step_op_shares(device))
     records = []
     for part in parts:
         made = part()

@@ -53,7 +53,7 @@ SUITES = {
     "ceilings": Suite(measure_ceilings, "00: matmul FLOP/s and memory GB/s of the device"),
     "loop": Suite(measure_tunings, "02: the naive DQN's loop and its cheap tunings", cpu_only=True),
     "envs": Suite(measure_env_throughput, "03, 04: env steps/s of every way of running Snake"),
-    "env_floor": Suite(measure_env_floor, "04: the env step eager and compiled against its memory floor, "
+    "env_floor": Suite(measure_env_floor, "04: the env step eager, compiled and fused against its memory floor, "
                                           "and where an eager step's time goes"),
     "syncs": Suite(measure_sync_costs, "04: what each host-device sync point of a tensor Snake costs"),
     "launch": Suite(measure_launch, "04: the two ceilings of a step: launches and bytes moved"),
