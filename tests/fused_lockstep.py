@@ -89,7 +89,7 @@ CASES = {**{f"features {name}": dict(board, obs_type="features") for name, board
 
 @settings(max_examples=12, deadline=None, database=None)
 @given(height=st.integers(4, 12), width=st.integers(4, 12), num_envs=st.integers(1, 300),
-       seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 40), obs_type=st.sampled_from(["features", "grid"]))
+       seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 40), obs_type=st.sampled_from(FusedStep.OBS_TYPES))
 def any_board(height, width, num_envs, seed, steps, obs_type):
     lockstep(height, width, num_envs, steps, seed, obs_type=obs_type)
 

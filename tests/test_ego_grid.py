@@ -63,7 +63,7 @@ def test_every_heading_points_up_and_the_snakes_right_is_right(direction, body, 
     assert obs[2, c - 3 : c + 4, c - 3 : c + 4].sum() == 0 and obs[2].sum() == 13 * 13 - 49
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(height=st.integers(4, 9), width=st.integers(4, 9), seed=st.integers(0, 2**32 - 1))
 def test_the_cell_an_action_enters_is_where_the_action_points_on_the_observation(height, width, seed):
     """What the observation shows at up / right / left of the centre is what straight / right / left meets."""
@@ -82,7 +82,7 @@ def test_the_cell_an_action_enters_is_where_the_action_points_on_the_observation
         assert (reward == 1.0) == (food == 1.0)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(height=st.integers(4, 12), width=st.integers(4, 12), seed=st.integers(0, 2**32 - 1))
 def test_vec_snake_equals_the_rules_on_random_states(height, width, seed):
     rng = random.Random(seed)

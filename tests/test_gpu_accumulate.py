@@ -154,7 +154,7 @@ def test_bad_arguments_of_the_step_raise_naming_the_value():
 
 # ---------------------------------------------------------------------------- equal to the full batch
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(rows=st.integers(1, 48), seed=st.integers(0, 2**16), data=st.data())
 def test_accumulated_gradient_equals_the_full_batch_gradient_in_float64(rows, seed, data):
     model, batch = make_case(MLP, rows, seed)
@@ -312,7 +312,7 @@ def ppo64():
     return ppo_in_float64()
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15)
 @given(steps=st.integers(1, 128), seed=st.integers(0, 1000))
 def test_ppo_minibatch_gradient_is_the_same_for_any_accumulation(ppo64, steps, seed):
     idx = torch.randperm(256, generator=torch.Generator().manual_seed(seed))[:128]

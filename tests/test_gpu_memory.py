@@ -74,7 +74,7 @@ def test_any_other_error_stops_the_search_as_it_is(error):
         find_max_batch_size(step, "cpu", budget_bytes=2**30)
 
 
-@settings(max_examples=8, deadline=None)  # each trial runs under the profiler
+@settings(max_examples=8)
 @given(per_sample=st.integers(1, 5000), fixed=st.integers(0, 10_000), room=st.integers(1, 200_000),
        start=st.integers(1, 64), margin=st.floats(0, 0.5))
 def test_the_search_finds_every_known_limit(per_sample, fixed, room, start, margin):

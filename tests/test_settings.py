@@ -148,14 +148,14 @@ def test_the_presets_minibatch_rows_are_kept_when_the_games_change_and_an_explic
     assert ppo_settings("cpu", "win", envs=512, overrides={"num_minibatches": 2}).num_minibatches == 2
 
 
-@hypothesis_settings(deadline=None, max_examples=50)
+@hypothesis_settings(max_examples=50)
 @given(games=st.integers(min_value=1, max_value=512).map(lambda k: 8 * k))
 def test_any_multiple_of_8_games_keeps_the_win_presets_1024_row_minibatches_on_a_cpu(games):
     config = ppo_settings("cpu", "win", envs=games)
     assert config.num_envs == games and rows(config) == 1024
 
 
-@hypothesis_settings(deadline=None, max_examples=30)
+@hypothesis_settings(max_examples=30)
 @given(changes=st.dictionaries(st.sampled_from(["hidden", "update_epochs", "seed", "max_steps_without_food"]),
                                st.integers(min_value=1, max_value=64), max_size=4))
 def test_overrides_always_win_over_the_preset(changes):

@@ -307,7 +307,7 @@ def test_set_state_rejects_non_states():
 
 # -- random play ----------------------------------------------------------------------------------
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(
     height=st.integers(4, 12), width=st.integers(4, 12), seed=st.integers(0, 2**32 - 1),
     obs_type=st.sampled_from(rules.OBS_TYPES), max_steps=st.one_of(st.none(), st.integers(1, 30)),

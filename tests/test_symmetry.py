@@ -41,7 +41,7 @@ def test_mirrored_actions_keep_straight_and_swap_right_and_left():
     assert torch.equal(mirror_logits(torch.tensor([[0.5, 1.0, 2.0]])), torch.tensor([[0.5, 2.0, 1.0]]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(height=st.integers(4, 10), width=st.integers(4, 10), seed=st.integers(0, 2**32 - 1),
        obs_type=st.sampled_from(rules.OBS_TYPES))
 def test_the_mirror_image_of_a_state_shows_the_mirrored_observation(height, width, seed, obs_type):
@@ -54,7 +54,7 @@ def test_the_mirror_image_of_a_state_shows_the_mirrored_observation(height, widt
     np.testing.assert_array_equal(mirror_observation(mirror_observation(obs, obs_type), obs_type), obs)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(height=st.integers(4, 10), width=st.integers(4, 10), seed=st.integers(0, 2**32 - 1),
        actions=st.lists(st.integers(0, 2), min_size=1, max_size=40))
 def test_the_mirrored_action_in_the_mirrored_game_gives_the_mirrored_next_state(height, width, seed, actions):

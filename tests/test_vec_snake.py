@@ -189,7 +189,7 @@ def test_food_is_uniform_over_the_empty_cells():
     assert chi2 < 31.3  # the 99.9% point of chi-square with 11 degrees of freedom
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(
     height=st.integers(4, 9),
     width=st.integers(4, 9),
