@@ -1,7 +1,9 @@
 """VecSnake plays by the same rules as SnakeEnv, on tensors, without host synchronization."""
 
 import dataclasses
+import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -316,6 +318,24 @@ def test_the_compiled_step_writes_the_state_in_place(obs_type):
     loops = {name: "".join(code).count(f"<static_cast<int64_t>({size}L)") for name, size in sizes.items()}
     # row_free's one: the restarts' torch.where over every game's rows
     assert loops == {"stamp": 0, "ring": 0, "row_free": 1, "observation": 0}
+
+
+@pytest.mark.parametrize("obs_type", ["grid", "ego_grid"])
+def test_the_compiled_step_allocates_its_two_observations_and_no_temporary_of_their_size(obs_type):
+    """Compiled with ``step_compile_options``, a board observation's step allocates no temporary of one
+    channel's size, and on torch 2.13 nothing of an observation's size but the last observation and the
+    next (earlier Inductors allocate more). Slice assignments into an empty tensor made temporaries."""
+    from torch._inductor.utils import run_and_get_code
+
+    env = VecSnake(1000, 10, 10, obs_type=obs_type, seed=0, check_action_values=False)
+    step = torch.compile(env.step_tensors, fullgraph=True, options=step_compile_options("cpu"))
+    _, code = run_and_get_code(step, torch.zeros(1000, dtype=torch.int64))
+    shapes = re.findall(r"empty_strided_cpu\(\(([\d, ]*)\)", "".join(code))
+    sizes = [math.prod(int(d) for d in shape.split(",") if d.strip()) for shape in shapes]
+    observation = 1000 * math.prod(rules.observation_shape(obs_type, 10, 10))
+    assert len(sizes) > 10 and sizes.count(observation // 3) == 0
+    if tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 13):
+        assert sizes.count(observation) == 2
 
 
 # ---------------------------------------------------------------- bad input
