@@ -175,6 +175,22 @@ def test_a_compiled_bf16_learner_iterates_with_its_forward_passes_in_bf16():
     assert not torch.allclose(compiled, fp32, rtol=0, atol=1e-6)  # ... which rounds what fp32 keeps
 
 
+def test_compile_step_compiles_for_its_shapes_also_after_the_function_compiled_for_others():
+    """Once a function has compiled for one shape, dynamo's next compile of it is for any shape
+    (automatic dynamic shapes), slower code than a fixed shape's. ``compile_step``'s
+    code is for its example's shapes: a third size compiles again."""
+    def scale(x):
+        return x * 2 + 1
+
+    torch._dynamo.reset()
+    torch.compile(scale)(torch.ones(8))
+    compiled = compile_step(scale, torch.ones(16))
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    torch.testing.assert_close(compiled.fn(torch.ones(24)), torch.full((24,), 3.0))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs + 1
+    torch._dynamo.reset()
+
+
 def test_reduce_overhead_says_when_its_cuda_graphs_did_not_come(capfd):
     def bump(x, counter):  # mutates an input
         counter.add_(1)

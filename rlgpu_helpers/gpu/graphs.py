@@ -96,12 +96,15 @@ def cuda_graph_skips():
 
 def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: bool = True,
                  device: str | torch.device | None = None, options: dict | None = None) -> Compiled:
-    """``torch.compile(fn, mode=mode, fullgraph=fullgraph)``, called once on ``example_args`` and timed.
+    """``torch.compile(fn, mode=mode, fullgraph=fullgraph, dynamic=False)``, called once on ``example_args`` and timed.
 
     The first call traces and compiles (seconds), and runs ``fn`` once; later calls with inputs of the
     same shapes, dtypes and devices run the compiled code. ``fullgraph=True`` makes a graph break an
-    error instead of a silent split. ``options``: Inductor settings added to the mode's (for example
-    ``snake.vec.step_compile_options``). Without a compiler for ``device``: :class:`CompilerMissingError`.
+    error instead of a silent split. ``dynamic=False``: code for these shapes only. Without it, once the
+    same function has been compiled for other shapes in this process (another N), dynamo compiles it for
+    any size, which can be several times slower. ``options``: Inductor settings added
+    to the mode's (for example ``snake.vec.step_compile_options``). Without a compiler for ``device``:
+    :class:`CompilerMissingError`.
     """
     if not callable(fn):
         raise TypeError(f"fn={fn!r} is not callable")
@@ -113,9 +116,9 @@ def compile_step(fn: Callable, *example_args, mode: str = "default", fullgraph: 
         raise CompilerMissingError(why)
     if options:  # torch.compile takes a mode or options, not both: the mode's options, then these
         settings = torch._inductor.list_mode_options(mode) | dict(options)
-        compiled = torch.compile(fn, options=settings, fullgraph=fullgraph)
+        compiled = torch.compile(fn, options=settings, fullgraph=fullgraph, dynamic=False)
     else:
-        compiled = torch.compile(fn, mode=None if mode == "default" else mode, fullgraph=fullgraph)
+        compiled = torch.compile(fn, mode=None if mode == "default" else mode, fullgraph=fullgraph, dynamic=False)
     synchronize(device)
     start = time.perf_counter()
     with cuda_graph_skips() as skipped:
@@ -357,12 +360,13 @@ def with_launch_settings(fn: Callable, device: str | torch.device, *, compile: b
     captured in a CUDA graph (:class:`CapturedStep`), both (the compiled function captured), or as it is.
 
     Compiled, every float ``fn`` reads (gamma, a reward scale) is a constant of its graph
-    (``specialize_float``), so learners with other values each compile their own version, up to
+    (``specialize_float``), and every shape too (``dynamic=False``, as :func:`compile_step`), so
+    learners with other values or sizes each compile their own version, up to
     :data:`COMPILED_VERSIONS` of them. Without a compiler for ``device``, ``fn`` runs eagerly and one
     printed line says why.
     """
     if compile_or_say_why(compile, device, f"{getattr(fn, '__qualname__', 'a step')} (compile=True)"):
-        compiled = torch.compile(fn, fullgraph=fullgraph)
+        compiled = torch.compile(fn, fullgraph=fullgraph, dynamic=False)
 
         @functools.wraps(fn)
         def floats_specialized(*args, **kwargs):
