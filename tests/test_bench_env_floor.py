@@ -110,10 +110,8 @@ def test_the_suite_hands_each_part_over_as_it_ends(monkeypatch, failing):
     """A fused kernel or a profile that fails (no CUPTI on a GPU machine, say) leaves the figures
     measured before it saved: eager and compiled first, then fused, then the profile."""
     monkeypatch.setattr(env_floor, "fused_missing", lambda device: None)
-    monkeypatch.setattr(env_floor, "FusedStep", StandInFusedStep)
-    if failing == "fused":
-        monkeypatch.setattr(env_floor, "FusedStep", BrokenFusedStep)
-    else:
+    monkeypatch.setattr(env_floor, "FusedStep", BrokenFusedStep if failing == "fused" else StandInFusedStep)
+    if failing == "profile":
         def no_profiler(*args, **kwargs):
             raise RuntimeError("the profiler recorded no GPU time for the step")
 

@@ -313,7 +313,7 @@ def test_the_compiled_step_writes_the_state_in_place(obs_type):
     sizes = {name: getattr(env, f"_{name}").numel() for name in ("stamp", "ring", "row_free")}
     sizes["observation"] = 1000 * 3 * 10 * 10
     assert len(set(sizes.values()) | {env.num_envs, 3 * env.num_envs}) == 6
-    step = torch.compile(env.step_tensors, fullgraph=True, options=step_compile_options("cpu"))
+    step = torch.compile(env.step_tensors, fullgraph=True, dynamic=False, options=step_compile_options("cpu"))
     _, code = run_and_get_code(step, torch.zeros(1000, dtype=torch.int64))
     loops = {name: "".join(code).count(f"<static_cast<int64_t>({size}L)") for name, size in sizes.items()}
     # row_free's one: the restarts' torch.where over every game's rows
@@ -328,7 +328,7 @@ def test_the_compiled_step_allocates_its_two_observations_and_no_temporary_of_th
     from torch._inductor.utils import run_and_get_code
 
     env = VecSnake(1000, 10, 10, obs_type=obs_type, seed=0, check_action_values=False)
-    step = torch.compile(env.step_tensors, fullgraph=True, options=step_compile_options("cpu"))
+    step = torch.compile(env.step_tensors, fullgraph=True, dynamic=False, options=step_compile_options("cpu"))
     _, code = run_and_get_code(step, torch.zeros(1000, dtype=torch.int64))
     shapes = re.findall(r"empty_strided_cpu\(\(([\d, ]*)\)", "".join(code))
     sizes = [math.prod(int(d) for d in shape.split(",") if d.strip()) for shape in shapes]
