@@ -73,6 +73,15 @@ def _restarted(final_obs: torch.Tensor, start: torch.Tensor, done: torch.Tensor)
     return torch.lerp(final_obs, start, weight)
 
 
+def _move_food(rows: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> None:
+    """In each game's flattened observation (a row of ``rows``), clear the food cell ``old`` and
+    set ``new``: one ``scatter_`` of two cells a game, each 1.0 where it is the new cell (so where
+    the food did not move both writes are 1.0, and their order does not matter). Compiled, it is
+    written in place on torch 2.11 and 2.13; two ``index_fill_`` made 2.11 copy the observation first."""
+    at = torch.stack([old, new], 1)
+    rows.scatter_(1, at, (at == new[:, None]).to(rows.dtype))
+
+
 def _put_food(flat: torch.Tensor, at: torch.Tensor, no_food: torch.Tensor | None) -> None:
     """Write each game's food cell ``at`` in the flattened observations ``flat``: 1.0, or 0.0 where
     ``no_food`` (a won game). ``index_fill_`` / ``index_copy_``: compiled, written in place."""
@@ -196,19 +205,20 @@ class VecSnakeObservations:
         life = (self._stamp.view(N, -1) - (self._clock - self._length).to(torch.int32)[:, None]).to(torch.float32)
         life.clamp_(min=0.0).div_(self._length.to(torch.float32)[:, None])
         # The body channel between two channels of zeros, in one op: compiled, three slice assignments
-        # into an empty tensor were three passes, the first into a temporary.
+        # into an empty tensor were three passes, the first into a temporary. A cat, not a pad: then
+        # torch 2.11's Inductor writes head and food in place, where after a pad it copied it first.
         body = life.view(N, self._rows, self._pitch)[:, None, 1 : H + 1, :W]
-        obs = torch.nn.functional.pad(body, (0, 0, 0, 0, 1, 1))
+        zeros = torch.zeros((), device=self.device).expand(N, 1, H, W)
+        obs = torch.cat([zeros, body, zeros], 1)
         # Head and food: one 1.0 each, written through a flat view.
         flat = obs.view(-1)
         at = self._grid_obs_at
         head = self._row_of.index_select(0, self._head) * W + self._col_of.index_select(0, self._head)
-        food = self._row_of.index_select(0, self._food) * W + self._col_of.index_select(0, self._food)
         # index_fill_ / index_copy_, not scatter_: compiled, Inductor writes them in place (a
         # scatter_ copies the whole observation first), and eagerly they are no slower.
         flat.index_fill_(0, at + head, 1.0)
         flat.index_fill_(0, at + cells + head, 1.0)  # the head's own stamp may not be written yet
-        _put_food(flat, at + 2 * cells + food, no_food)
+        _put_food(flat, at + self._grid_food_at(), no_food)
         return obs
 
     def _observe_ego_grid(self, no_food: torch.Tensor | None = None):
@@ -231,18 +241,18 @@ class VecSnakeObservations:
         # The three channels in one op, as in _observe_grid (compiled, slice assignments made temporaries).
         no_food_yet = torch.zeros((), device=self.device).expand(N, S * S)
         obs = torch.stack([life, no_food_yet, off_board.to(torch.float32)], 1)
-        _put_food(obs.view(-1), self._ego_food_at(), no_food)
+        _put_food(obs.view(-1), self._ego_obs_at + self._ego_food_at(), no_food)
         return obs.view(N, 3, S, S)
 
     def _ego_food_at(self) -> torch.Tensor:
-        """Where each game's food is in the flattened ego_grid observations (the food channel)."""
+        """Where each game's food is in its flattened ego_grid observation (the food channel), int64."""
         S = self._ego_size
         d_row = self._row_of.index_select(0, self._food) - self._row_of.index_select(0, self._head)
         d_col = self._col_of.index_select(0, self._food) - self._col_of.index_select(0, self._head)
         frame = self._ego_frame.index_select(0, self._direction)
         ahead = d_row * frame[:, 0] + d_col * frame[:, 1]
         right = d_row * frame[:, 2] + d_col * frame[:, 3]
-        return self._ego_obs_at + S * S + (S // 2 - ahead) * S + (S // 2 + right)
+        return (S * S + (S // 2 - ahead) * S + (S // 2 + right)).to(torch.int64)
 
     def _next_ego_grid(self, final_obs: torch.Tensor, done: torch.Tensor, old_food: torch.Tensor) -> torch.Tensor:
         """The ego_grid observation after restarts and new food, patched from ``final_obs`` as ``_next_grid`` does.
@@ -251,15 +261,13 @@ class VecSnakeObservations:
         shows but the food; a restarted game shows the start window.
         """
         obs = _restarted(final_obs, self._start_ego, done)
-        flat = obs.view(-1)
-        flat.index_fill_(0, old_food, 0.0)
-        flat.index_fill_(0, self._ego_food_at(), 1.0)
+        _move_food(obs.view(self.num_envs, -1), old_food, self._ego_food_at())
         return obs
 
     def _grid_food_at(self) -> torch.Tensor:
-        """Where each game's food is in the flattened grid observations (the food channel)."""
+        """Where each game's food is in its flattened grid observation (the food channel), int64."""
         row, col = self._row_of.index_select(0, self._food), self._col_of.index_select(0, self._food)
-        return self._grid_obs_at + 2 * self._cells + row * self.width + col
+        return (2 * self._cells + row * self.width + col).to(torch.int64)
 
     def _next_grid(self, final_obs: torch.Tensor, done: torch.Tensor, old_food: torch.Tensor) -> torch.Tensor:
         """The grid observation after restarts and new food, patched from ``final_obs``.
@@ -269,7 +277,5 @@ class VecSnakeObservations:
         the start grid. Only the food moves: cleared where it was, set where it is now.
         """
         obs = _restarted(final_obs, self._start_grid, done)
-        flat = obs.view(-1)
-        flat.index_fill_(0, old_food, 0.0)
-        flat.index_fill_(0, self._grid_food_at(), 1.0)
+        _move_food(obs.view(self.num_envs, -1), old_food, self._grid_food_at())
         return obs
