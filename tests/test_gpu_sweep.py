@@ -47,6 +47,23 @@ def test_every_suite_is_in_a_call_and_every_step_takes_its_options():
     assert all(names.index(step.needs) < names.index(step.name) for step in STEPS if step.needs)
 
 
+def test_the_env_floor_steps_are_the_parts_measure_env_floor_runs(monkeypatch):
+    """The sweep runs the env floor suite as steps, each part in its own process; the suite's own
+    ``measure_env_floor`` runs the same parts in one: the two splits must agree, in order."""
+    from rlgpu_helpers.bench import env_floor
+
+    ran = []
+    for name in ("floor_throughput", "step_op_shares"):
+        def part(device, name=name, progress=True, **options):
+            ran.append((f"{env_floor.__name__}:{name}", options))
+            return []
+
+        monkeypatch.setattr(env_floor, name, part)
+    env_floor.measure_env_floor("cpu", progress=False)
+    steps = [(step.part, step.options) for step in STEPS if step.suite == "env_floor"]
+    assert len(ran) == 3 and steps == ran
+
+
 def test_the_calls_go_by_issue_34s_order_and_two_fit_a_quarter_hour():
     """The env step against its floor (issue 38) and the GPU tests (the first call), the time to win on seed 0,
     then seeds 1, 2 and a held-out one, the preset's launch settings, the launch comparison, the calls that never
