@@ -214,8 +214,9 @@ class VecSnakeObservations:
         flat = obs.view(-1)
         at = self._grid_obs_at
         head = self._row_of.index_select(0, self._head) * W + self._col_of.index_select(0, self._head)
-        # index_fill_ / index_copy_, not scatter_: compiled, Inductor writes them in place (a
-        # scatter_ copies the whole observation first), and eagerly they are no slower.
+        # index_fill_ / index_copy_, not scatter_: compiled, Inductor writes them in place into the
+        # cat (a scatter_ into it copies the whole observation first; into the lerp of _restarted,
+        # _move_food's does not), and eagerly they are no slower.
         flat.index_fill_(0, at + head, 1.0)
         flat.index_fill_(0, at + cells + head, 1.0)  # the head's own stamp may not be written yet
         _put_food(flat, at + self._grid_food_at(), no_food)
