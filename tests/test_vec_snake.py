@@ -303,7 +303,8 @@ def test_the_compiled_step_writes_the_state_in_place(obs_type):
 
     Inductor copies a mutated graph input it cannot write in place (a ``scatter_``, a write through a
     view, or a ring write moved before the ring's read), and a new tensor written in a way it does not
-    do in place (see the next test): a copy is a flat loop over every element. N = 1,000 makes each size a number no other loop has.
+    do in place (see the next test): a copy is a flat loop over every element. N = 1,000 makes each
+    size a number no other loop has.
     (Before the state was flat and written by ``index_copy_``, and without the options, this found
     2 to 3 loops each; with ``scatter_`` into the grid observation, 5.)
     """
