@@ -304,11 +304,11 @@ class VecSnake(VecSnakeObservations, VecSnakeState, VectorEnv):
         # carry over to the next observation: new food changes none, and a restarted snake
         # sees none (the start position is clear on every grid size).
         if self.obs_type == "grid":
-            final_obs = self._observe_grid(no_food=won)
             old_food = self._grid_food_at()
+            final_obs = self._observe_grid(old_food, no_food=won)
         elif self.obs_type == "ego_grid":
-            final_obs = self._observe_ego_grid(no_food=won)
             old_food = self._ego_food_at()
+            final_obs = self._observe_ego_grid(old_food, no_food=won)
         else:
             danger = self._danger_code()
             final_obs = self._observe_features(danger, no_food=won)
