@@ -110,9 +110,8 @@ def test_mirrored_games_show_the_policy_the_mirror_image_and_play_its_action_mir
     first_obs = ppo.next_obs.clone()
     ppo.collect()
     assert 0 < int(calls[0]["flipped"].sum()) < 64
-    seen = [first_obs] + [None] * len(calls)
     for t, call in enumerate(calls):
-        flipped, (obs, _, terminated, truncated, info) = call["flipped"], call["out"]
+        flipped, (obs, _, terminated, truncated, _) = call["flipped"], call["out"]
         # the env got the policy's action, mirrored in the mirrored games
         assert torch.equal(call["action"], torch.where(flipped, mirror_actions(ppo.actions[t]), ppo.actions[t]))
         # the flags changed only where a game ended
