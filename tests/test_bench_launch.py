@@ -133,13 +133,16 @@ def test_profiles_and_ceilings_round_trip_through_records():
     assert c == Ceilings(profile, "gpu-x", 5.0, 400.0)  # the largest copy is main memory
 
 
-def test_quiet_profiler_drops_kinetos_progress_lines_and_keeps_the_rest(capsys):
+def test_quiet_profiler_drops_kinetos_progress_and_gpu_probe_lines_and_keeps_the_rest(capsys):
     with quiet_profiler():
         os.write(2, b"USDT:2026-11-23 22:07:27 31884:31884 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"ERROR:2026-11-29 04:37:59 6140:6140 DeviceProperties.cpp:48] gpuGetDeviceCount failed with code 35\n")
         os.write(2, b"a real problem\n")
+        os.write(2, b"ERROR:2026-11-29 04:37:59 6140:6140 Other.cpp:7] something else failed\n")
         print("to stdout")
     captured = capsys.readouterr()
-    assert "profiler_start" not in captured.err and "a real problem" in captured.err
+    assert "profiler_start" not in captured.err and "gpuGetDeviceCount" not in captured.err
+    assert "a real problem" in captured.err and "something else failed" in captured.err
     assert "to stdout" in captured.out
     assert sys.stderr is not None
 

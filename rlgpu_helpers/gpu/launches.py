@@ -33,9 +33,13 @@ from ..core import compat
 from ..core.checks import check_int
 from ..core.device import get_device, synchronize
 
-# Kineto's own progress lines ("USDT:2026-01-31 12:00:00 123:123 File.cpp:52] profiler_start"), and the
-# CPU allocator's note that a block allocated before profiling was freed during it (memory profiling).
+# Kineto's own progress lines ("USDT:2026-01-31 12:00:00 123:123 File.cpp:52] profiler_start"), its
+# failed look for a GPU when a CUDA build of torch runs on a machine without one (a Colab CPU
+# session, a laptop), and the CPU allocator's note that a block allocated before profiling was freed
+# during it (memory profiling).
 _KINETO_CHATTER = re.compile(r"^(USDT|STAGE|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+\.cpp:\d+\]"
+                             r"|^ERROR:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ DeviceProperties\.cpp:\d+\] "
+                             r"gpuGetDeviceCount failed with code \d+$"
                              r"|^\[W\d+ [\d:.]+ CPUAllocator\.cpp:\d+\] Memory block of unknown size was allocated "
                              r"before the profiling started")
 

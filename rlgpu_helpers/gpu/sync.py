@@ -324,7 +324,7 @@ def _profile_runtime_syncs(run, device: torch.device) -> dict[str, int] | None:
     """Run ``run()`` under the profiler; synchronizing CUDA runtime calls by name, beyond an
     empty run's (the profiler's own). None where the profiler cannot trace CUDA here."""
     def count(body) -> collections.Counter:
-        with compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             body()
         calls = collections.Counter()
         for event in prof.events():

@@ -38,6 +38,7 @@ from ..core import compat
 from ..core.checks import check_int
 from ..core.config import pick
 from ..core.device import _command_output, get_device
+from .launches import quiet_profiler
 
 H2D, D2H, H2H = "host to device", "device to host", "host to host"
 DIRECTIONS = (H2D, D2H)
@@ -266,7 +267,7 @@ def prefetch_timeline(device: str | torch.device | None = None, *, rows: int | N
         loop()
     torch.cuda.synchronize(device)
     try:
-        with compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with quiet_profiler(), compat.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for name, loop in loops.items():
                 with record_function(name):
                     loop()
